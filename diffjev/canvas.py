@@ -1,0 +1,239 @@
+"""Building the seeded canvas a structured read denoises once.
+
+The prompt is the model's own chat template over a system text (the questions and their labels) and
+the item's state. The canvas is the model family's canvas head, the response template with every slot
+holding noise, the turn-close token and padding up to the width. A slot is a position where swapping
+the question's labels changes exactly one token; everything else on the canvas is fixed text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from diffjev.schema import Question, Schema, SchemaError
+from diffjev.template import Template
+
+WIDTH_STEP = 16
+DEFAULT_MAX_WIDTH = 64
+DRAW_SEED_STRIDE = 7919  # draw k of a read uses seed + 7919·k, as djev does
+
+PREAMBLE = (
+    "You answer a fixed set of questions about the user's message. "
+    "For each question, reply with exactly one of the labels listed under it."
+)
+
+
+@dataclass(frozen=True)
+class ModelFormat:
+    """What a model family puts on a canvas, read from its tokenizer rather than hard-coded."""
+
+    noise: str  # "uniform": a random token per slot (uniform-state diffusion); "mask": the mask token
+    vocab_size: int
+    pad_id: int
+    turn_close_id: int
+    head_ids: tuple[int, ...] = ()
+    mask_id: int | None = None
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any, noise: str = "uniform", vocab_size: int | None = None) -> "ModelFormat":
+        if noise not in ("uniform", "mask"):
+            raise ValueError(f"noise must be 'uniform' or 'mask', not {noise!r}")
+        unk = tokenizer.unk_token_id
+
+        def token(text: str) -> int | None:
+            tid = tokenizer.convert_tokens_to_ids(text)
+            return None if tid is None or tid == unk else int(tid)
+
+        # DiffusionGemma (Gemma 4 vocabulary) closes the empty thought block at the head of the canvas;
+        # a vocabulary without those tokens (Gemma 3, ModernBERT) has no head.
+        open_tag, close_tag = token("<|channel>"), token("<channel|>")
+        head: tuple[int, ...] = ()
+        if open_tag is not None and close_tag is not None:
+            head = tuple(tokenizer("<|channel>thought\n<channel|>", add_special_tokens=False)["input_ids"])
+            if head[0] != open_tag or head[-1] != close_tag:
+                raise ValueError("the thought block's open and close tags do not tokenize apart")
+        turn_close = token("<turn|>") or token("<end_of_turn>") or tokenizer.eos_token_id
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        mask = tokenizer.mask_token_id
+        if noise == "mask" and mask is None:
+            raise ValueError("a masked diffusion model needs a tokenizer with a mask token")
+        return cls(noise, int(vocab_size or len(tokenizer)), int(pad), int(turn_close), head,
+                   None if mask is None else int(mask))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each answer goes on the canvas, resolved once per schema and tokenizer."""
+
+    clear_ids: tuple[int, ...]  # head + template (slots at their first label) + turn close + padding
+    slots: dict[str, int]  # question id -> canvas position
+    label_ids: dict[str, tuple[int, ...]]  # question id -> token id of each label, in answer order
+    width: int
+
+
+@dataclass(frozen=True)
+class Canvas:
+    """One read's input: prompt ids, canvas ids with noise in the slots, and where the answers are."""
+
+    messages: tuple[dict[str, str], ...]
+    prompt_ids: tuple[int, ...]
+    ids: tuple[int, ...]
+    slots: dict[str, int]
+    label_ids: dict[str, tuple[int, ...]]
+    seed: int
+
+    @property
+    def width(self) -> int:
+        return len(self.ids)
+
+    @property
+    def pinned(self) -> list[int]:
+        """Every position but the slots: held at its seed value when a read takes more than one step."""
+        slot_positions = set(self.slots.values())
+        return [p for p in range(self.width) if p not in slot_positions]
+
+
+def render_state(state: Any) -> str:
+    """An item's state as the model reads it: text as is, anything else as JSON."""
+    if isinstance(state, str):
+        return state
+    return json.dumps(state, ensure_ascii=False)
+
+
+def draw_seed(seed: int, draw: int) -> int:
+    return seed + DRAW_SEED_STRIDE * draw
+
+
+def option_lines(question: Question, separator: str = ": ", describe: str = " ({})") -> list[str]:
+    lines = []
+    for alt in question.alternatives:
+        if question.kind == "yes_no":
+            text = alt.label + (separator + alt.description if alt.description else "")
+        else:
+            text = alt.label + separator + alt.name + (describe.format(alt.description) if alt.description else "")
+        lines.append(text)
+    return lines
+
+
+def system_text(schema: Schema) -> str:
+    parts = [PREAMBLE]
+    if schema.instructions:
+        parts.append(schema.instructions)
+    for q in schema.questions:
+        parts.append("\n".join([f"Question {q.id}: {q.instructions}"] + ["  " + line for line in option_lines(q)]))
+    parts.append("Reply in exactly this format, writing one label in place of each <question id>:\n"
+                 + schema.template.display())
+    return "\n\n".join(parts)
+
+
+def resolve_layout(tokenizer: Any, fmt: ModelFormat, template: Template, questions: Sequence[Question],
+                   max_width: int, head_ids: Sequence[int] | None = None) -> Layout:
+    """Find each question's slot: the one position where swapping its labels changes one token."""
+    head = list(fmt.head_ids if head_ids is None else head_ids)
+
+    def encode(fill: dict[str, str]) -> list[int]:
+        return head + list(tokenizer(template.render(fill), add_special_tokens=False)["input_ids"])
+
+    base_fill = {q.id: q.labels[0] for q in questions}
+    base = encode(base_fill)
+    slots: dict[str, int] = {}
+    label_ids: dict[str, tuple[int, ...]] = {}
+    for q in questions:
+        position: int | None = None
+        bad: list[str] = []
+        ids: list[int | None] = [None] * len(q.labels)
+        for i, label in enumerate(q.labels[1:], start=1):
+            alt = encode({**base_fill, q.id: label})
+            diff = [p for p, (a, b) in enumerate(zip(base, alt)) if a != b] if len(alt) == len(base) else []
+            if len(diff) != 1 or (position is not None and diff[0] != position):
+                bad.append(label)
+                continue
+            position = diff[0]
+            ids[i] = alt[position]
+        if bad or position is None:
+            raise SchemaError(
+                f"labels {', '.join(q.labels[:1] + tuple(bad))} do not each fill exactly one token at one slot "
+                f"position in this template (the tokenizer merges them with the text around {{{q.id}}}); "
+                f"put a space or punctuation on both sides of the slot",
+                question=q.id, field="template")
+        ids[0] = base[position]
+        if len(set(ids)) != len(ids):
+            raise SchemaError(f"two labels share one token id in this template: {ids}", question=q.id,
+                              field="template")
+        slots[q.id] = position
+        label_ids[q.id] = tuple(int(t) for t in ids)  # type: ignore[arg-type]
+    used = len(base) + 1  # the template plus the turn-close token
+    width = WIDTH_STEP * math.ceil(used / WIDTH_STEP)
+    if width > max_width:
+        raise SchemaError(
+            f"the reply needs {used} canvas tokens (head, template and turn close) but the served canvas "
+            f"holds {max_width}; shorten the template or the labels' surrounding text, or serve a wider canvas",
+            field="template")
+    clear = base + [fmt.turn_close_id] + [fmt.pad_id] * (width - used)
+    return Layout(tuple(clear), slots, label_ids, width)
+
+
+def fill_noise(layout: Layout, fmt: ModelFormat, seed: int) -> tuple[int, ...]:
+    """The canvas with every slot set to noise: a seeded random token, or the mask token."""
+    ids = list(layout.clear_ids)
+    rng = random.Random(seed)
+    for qid, position in layout.slots.items():
+        if fmt.noise == "mask":
+            ids[position] = fmt.mask_id  # type: ignore[assignment]
+            continue
+        token = rng.randrange(fmt.vocab_size)
+        while token in layout.label_ids[qid]:  # noise that spells an answer would be a leak, not noise
+            token = rng.randrange(fmt.vocab_size)
+        ids[position] = token
+    return tuple(ids)
+
+
+class CanvasBuilder:
+    """Turns (schema, state) into canvases for one tokenizer and model family."""
+
+    def __init__(self, tokenizer: Any, fmt: ModelFormat, max_width: int = DEFAULT_MAX_WIDTH,
+                 chat_template_kwargs: dict[str, Any] | None = None):
+        if max_width < WIDTH_STEP or max_width % WIDTH_STEP:
+            raise ValueError(f"the served canvas must be a multiple of {WIDTH_STEP} tokens, not {max_width}")
+        self.tokenizer = tokenizer
+        self.format = fmt
+        self.max_width = max_width
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self._layouts: dict[tuple, Layout] = {}
+        self._systems: dict[Schema, str] = {}
+        self._lock = threading.Lock()
+
+    def layout(self, schema: Schema) -> Layout:
+        key = (schema.template, schema.questions)
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = resolve_layout(self.tokenizer, self.format, schema.template, schema.questions, self.max_width)
+            with self._lock:
+                self._layouts[key] = layout
+        return layout
+
+    def messages(self, schema: Schema, state: Any) -> tuple[dict[str, str], ...]:
+        system = self._systems.get(schema)
+        if system is None:
+            system = system_text(schema)
+            with self._lock:
+                self._systems[schema] = system
+        return ({"role": "system", "content": system}, {"role": "user", "content": render_state(state)})
+
+    def prompt_ids(self, messages: Sequence[dict[str, str]]) -> tuple[int, ...]:
+        # Render then tokenize without special tokens: the rendered text already holds <bos>, and this
+        # is how an OpenAI-compatible server turns chat messages into prompt ids.
+        text = self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True,
+                                                  **self.chat_template_kwargs)
+        return tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def build(self, schema: Schema, state: Any, seed: int) -> Canvas:
+        layout = self.layout(schema)
+        messages = self.messages(schema, state)
+        return Canvas(messages, self.prompt_ids(messages), fill_noise(layout, self.format, seed),
+                      layout.slots, layout.label_ids, seed)

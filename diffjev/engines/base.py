@@ -1,0 +1,110 @@
+"""The engine protocol, and the read pipeline every canvas engine shares.
+
+An engine turns (schema, states) into Decisions. Canvas engines (vLLM, transformers, autoregressive)
+only implement `read(canvases) -> slot logprobs`; building canvases, the sampling policy, batching and
+deciding live here once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from abc import ABC, abstractmethod
+from concurrent.futures import Future, ThreadPoolExecutor
+from itertools import islice
+from typing import Any, Iterable, Iterator, Sequence
+
+from diffjev.canvas import Canvas, CanvasBuilder, draw_seed, fill_noise
+from diffjev.decide import Decision, SlotRead, decide, needs_more_draws
+from diffjev.schema import Schema
+
+DEFAULT_SEED = 42
+
+
+class EngineError(RuntimeError):
+    """A read that could not be made. The message names the engine or endpoint and what went wrong."""
+
+
+class Engine(ABC):
+    name: str = "engine"
+    model_name: str = ""
+
+    @abstractmethod
+    def decide_many(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
+        """One Decision per state, in order."""
+
+    def close(self) -> None:
+        """Release connections or threads; an engine is usable until then."""
+
+
+class CanvasEngine(Engine):
+    builder: CanvasBuilder
+    batch_size: int = 8  # items per chunk handed to read()
+    pipeline_depth: int = 1  # chunks read at once; >1 keeps a remote server busy across chunk edges
+
+    @abstractmethod
+    def read(self, canvases: Sequence[Canvas]) -> list[dict[str, SlotRead]]:
+        """For each canvas, each question's slot logprobs over (at least) its label ids."""
+
+    def decide_many(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
+        self.builder.layout(schema)  # a template that does not fit fails before any read is sent
+        states = iter(states)
+        with ThreadPoolExecutor(self.pipeline_depth, thread_name_prefix=f"{self.name}-read") as pool:
+            pending: list[Future] = []
+            while True:
+                chunk = list(islice(states, self.batch_size))
+                if chunk:
+                    pending.append(pool.submit(self._decide_chunk, schema, chunk, seed))
+                # Keep pipeline_depth chunks reading while the caller takes the oldest one's results,
+                # in input order.
+                if len(pending) > self.pipeline_depth or (pending and not chunk):
+                    yield from pending.pop(0).result()
+                elif not chunk:
+                    return
+
+    def _decide_chunk(self, schema: Schema, states: Sequence[Any], seed: int) -> list[Decision]:
+        started = time.perf_counter()
+        layout = self.builder.layout(schema)
+        # Mask noise is the same on every draw, so more draws of a masked model would only repeat it.
+        repeatable = self.builder.format.noise == "uniform"
+        first = schema.sampling.first_draws if repeatable else 1
+        base = [self.builder.build(schema, state, draw_seed(seed, 0)) for state in states]
+        draws: list[list[Canvas]] = [[c] + [self._redraw(c, layout, seed, k) for k in range(1, first)] for c in base]
+        built = time.perf_counter()
+        reads = self._read_grouped(draws)
+        # "auto": draw again where the first read left a slot unsure.
+        extra = [needs_more_draws(schema, r[0], layout.label_ids) if repeatable else 0 for r in reads]
+        more = [[self._redraw(draws[i][0], layout, seed, k) for k in range(1, 1 + n)] for i, n in enumerate(extra)]
+        if any(extra):
+            for r, got in zip(reads, self._read_grouped(more)):
+                r.extend(got)
+            draws = [d + m for d, m in zip(draws, more)]
+        finished = time.perf_counter()
+        decisions = []
+        for canvases, item_reads in zip(draws, reads):
+            diagnostics = {
+                "engine": self.name,
+                "model": self.model_name,
+                "prompt_ids": list(canvases[0].prompt_ids),
+                "canvas_ids": list(canvases[0].ids),
+                "slots": dict(canvases[0].slots),
+                "label_ids": {q: list(ids) for q, ids in canvases[0].label_ids.items()},
+                "width": canvases[0].width,
+                "seeds": [c.seed for c in canvases],
+                "draws": len(canvases),
+                "sampling": dataclasses.asdict(schema.sampling),
+                "timing": {"build_s": built - started, "read_s": finished - built, "batch_items": len(states)},
+            }
+            decisions.append(Decision(decide(schema, item_reads, layout.label_ids), schema, diagnostics))
+        return decisions
+
+    def _redraw(self, canvas: Canvas, layout, seed: int, draw: int) -> Canvas:
+        """The same canvas with fresh noise: another draw reuses the tokenised prompt."""
+        s = draw_seed(seed, draw)
+        return dataclasses.replace(canvas, ids=fill_noise(layout, self.builder.format, s), seed=s)
+
+    def _read_grouped(self, groups: Sequence[Sequence[Canvas]]) -> list[list[dict[str, SlotRead]]]:
+        flat = [c for g in groups for c in g]
+        got = iter(self.read(flat) if flat else [])
+        return [[next(got) for _ in g] for g in groups]
+

@@ -1,0 +1,96 @@
+"""A client of any server speaking the Jev decision API, `POST /v1/systemone`: vLLM's own, djev's, or
+diffjev's. The server reads question by question with its own prompt, so a custom response template
+cannot apply; its answers become the same Decision as every other engine's."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterable, Iterator
+
+import httpx
+
+from diffjev.canvas import render_state
+from diffjev.decide import Decision, SlotDistribution, aggregate
+from diffjev.engines._http import post_json
+from diffjev.engines.base import DEFAULT_SEED, Engine, EngineError
+from diffjev.jev import check_upstream_limits
+from diffjev.schema import Question, Schema, SchemaError
+
+
+def _distribution(question: Question, shape: dict[str, Any], diagnostics: dict[str, Any]) -> SlotDistribution:
+    """One question's answer shape back to a distribution in answer order."""
+    probabilities = shape["probabilities"]
+    if question.kind == "score":  # keyed by level index, named through `legend`
+        probs = [float(probabilities[str(i)]) for i in range(len(question.alternatives))]
+    else:
+        probs = [float(probabilities[name]) for name in question.names]
+    total = sum(probs)
+    if total <= 0:
+        raise ValueError("probabilities sum to zero")
+    return SlotDistribution(tuple(p / total for p in probs), float(diagnostics.get("label_mass", 1.0)),
+                            diagnostics.get("argmax_is_label"))
+
+
+class JevAPIEngine(Engine):
+    name = "jev-api"
+
+    def __init__(self, url: str, model: str | None = None, *, max_in_flight: int = 16, timeout: float = 60.0,
+                 connect_timeout: float = 5.0, api_key: str | None = None):
+        self.url = url.rstrip("/")
+        self.endpoint = f"{self.url}/v1/systemone"
+        self.model_name = model or ""
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout, connect=connect_timeout),
+                                    limits=httpx.Limits(max_connections=max_in_flight))
+        self._pool = ThreadPoolExecutor(max_in_flight, thread_name_prefix="jev-read")
+        self.max_in_flight = max_in_flight
+
+    def request_body(self, schema: Schema, state: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {"state": state if isinstance(state, (dict, list)) else render_state(state),
+                                "questions": schema.to_jev_questions()}
+        if self.model_name:
+            body["model"] = self.model_name
+        if schema.instructions:
+            body["instructions"] = schema.instructions
+        return body
+
+    def decide_many(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
+        if not schema.template.is_default_for([q.id for q in schema.questions]):
+            raise SchemaError("the Jev API reads question by question with its own prompt and cannot use a custom "
+                              "template; remove the template or use a canvas engine (vllm, transformers)",
+                              field="template")
+        check_upstream_limits(schema)
+        # Bounded look-ahead keeps a long stream from queueing every request at once.
+        pending = []
+        for state in states:
+            pending.append(self._pool.submit(self._decide_one, schema, state))
+            if len(pending) >= 2 * self.max_in_flight:
+                yield pending.pop(0).result()
+        for future in pending:
+            yield future.result()
+
+    def _decide_one(self, schema: Schema, state: Any) -> Decision:
+        where = self.endpoint
+        started = time.perf_counter()
+        data = post_json(self._client, where, self.request_body(schema, state), "Jev API")
+        try:
+            answers = {}
+            for q in schema.questions:
+                dist = _distribution(q, data["answers"][q.id], (data.get("diagnostics") or {}).get(q.id) or {})
+                answers[q.id] = aggregate(q, [dist])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EngineError(f"the answer from the Jev API at {where} is not a structured decision ({exc!r}): "
+                              f"{str(data)[:200]}") from None
+        diagnostics = {
+            "engine": self.name, "model": data.get("model") or self.model_name, "endpoint": where,
+            "prompt_ids": None, "canvas_ids": None, "slots": None, "label_ids": None, "draws": 1,
+            "sampling": "one read per question (the Jev API takes no sampling policy)",
+            "usage": data.get("usage"), "timing": {"read_s": time.perf_counter() - started},
+        }
+        return Decision(answers, schema, diagnostics)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._client.close()
+

@@ -1,0 +1,106 @@
+"""A vLLM OpenAI-compatible server serving DiffusionGemma, read over HTTP.
+
+Each canvas is one chat completion carrying the structured-read fields in `vllm_xargs`: the seeded
+canvas, its width, one step, read-only. `logprob_token_ids` asks for every label's exact logprob at every
+canvas position. `temperature` and `seed` are never sent: vLLM rejects them on diffusion requests.
+Reads go out concurrently over one HTTP client, a bounded number in flight.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Sequence
+
+import httpx
+
+from diffjev.canvas import Canvas, CanvasBuilder, DEFAULT_MAX_WIDTH, ModelFormat
+from diffjev.decide import SlotRead
+from diffjev.engines._http import post_json
+from diffjev.engines.base import CanvasEngine, EngineError
+from diffjev.models import load_tokenizer
+
+TOP_LOGPROBS = 20
+MAX_LOGPROB_TOKEN_IDS = 128  # djev's cap: more than this and the request itself becomes the cost
+
+
+def parse_token(token: str) -> int:
+    if not isinstance(token, str) or not token.startswith("token_id:"):
+        raise ValueError(f"expected a token as 'token_id:N' (return_tokens_as_token_ids), got {token!r}")
+    return int(token[len("token_id:"):])
+
+
+def parse_chat_logprobs(data: Any, canvas: Canvas) -> dict[str, SlotRead]:
+    """Each slot's id -> logprob map from `choices[0].logprobs.content[pos].top_logprobs`."""
+    content = data["choices"][0]["logprobs"]["content"]
+    out = {}
+    for qid, pos in canvas.slots.items():
+        entry = content[pos]
+        logprobs = {parse_token(t["token"]): float(t["logprob"]) for t in entry.get("top_logprobs") or []}
+        out[qid] = SlotRead(logprobs, parse_token(entry["token"]))
+    return out
+
+
+class VLLMServerEngine(CanvasEngine):
+    name = "vllm"
+    pipeline_depth = 2
+
+    def __init__(self, url: str, model: str, tokenizer: Any = None, *, canvas_length: int = DEFAULT_MAX_WIDTH,
+                 max_in_flight: int = 32, timeout: float = 60.0, connect_timeout: float = 5.0,
+                 api_key: str | None = None, vocab_size: int | None = None,
+                 chat_template_kwargs: dict[str, Any] | None = None):
+        self.url = url.rstrip("/")
+        self.endpoint = f"{self.url}/v1/chat/completions"
+        self.model_name = model
+        self.tokenizer = load_tokenizer(model if tokenizer is None else tokenizer)
+        # Noise is drawn from the tokenizer's ids unless the served vocabulary is named.
+        fmt = ModelFormat.from_tokenizer(self.tokenizer, "uniform", vocab_size=vocab_size)
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.builder = CanvasBuilder(self.tokenizer, fmt, canvas_length, self.chat_template_kwargs)
+        self.max_in_flight = max_in_flight
+        self.batch_size = 2 * max_in_flight
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(
+            headers=headers,
+            timeout=httpx.Timeout(timeout, connect=connect_timeout),
+            limits=httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight))
+        self._pool = ThreadPoolExecutor(max_in_flight, thread_name_prefix="vllm-read")
+
+    def request_body(self, canvas: Canvas) -> dict[str, Any]:
+        label_ids = sorted({t for ids in canvas.label_ids.values() for t in ids})
+        if len(label_ids) > MAX_LOGPROB_TOKEN_IDS:
+            raise EngineError(f"{len(label_ids)} label ids in one read; at most {MAX_LOGPROB_TOKEN_IDS} fit a request")
+        body: dict[str, Any] = {
+            "model": self.model_name,
+            "messages": list(canvas.messages),
+            "max_tokens": canvas.width,
+            "logprobs": True,
+            "top_logprobs": TOP_LOGPROBS,
+            "logprob_token_ids": label_ids,
+            "return_tokens_as_token_ids": True,
+            "vllm_xargs": {
+                "diffusion_seed_canvas": list(canvas.ids),
+                "diffusion_canvas_length": canvas.width,
+                "diffusion_max_steps": 1,
+                "diffusion_read_only": True,
+            },
+        }
+        if self.chat_template_kwargs:
+            body["chat_template_kwargs"] = self.chat_template_kwargs
+        return body
+
+    def read(self, canvases: Sequence[Canvas]) -> list[dict[str, SlotRead]]:
+        return list(self._pool.map(self._read_one, canvases))
+
+    def _read_one(self, canvas: Canvas) -> dict[str, SlotRead]:
+        data = post_json(self._client, self.endpoint, self.request_body(canvas), "vLLM server")
+        try:
+            return parse_chat_logprobs(data, canvas)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise EngineError(
+                f"the answer from {self.endpoint} has no usable choices[0].logprobs.content at the slots ({exc!r}); "
+                f"the server must be a vLLM build with structured reads") from None
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._client.close()
+

@@ -1,0 +1,282 @@
+"""An HTTP server that speaks vLLM's wire format for structured reads, computing with a transformers
+diffusion model in-process.
+
+vLLM cannot run DiffusionGemma without a GPU, so this is how diffjev's vLLM client is exercised for real
+on a CPU host, and how a developer can stand a local model behind the same client. It serves:
+
+- `POST /v1/chat/completions`: one-step read-only reads (`vllm_xargs` with `diffusion_seed_canvas`,
+  `diffusion_read_only`, `diffusion_max_steps` 1), validated as vLLM validates them, answered in
+  vLLM's chat response shape with per-position logprobs at temperature 1;
+- `POST /v1/systemone`: the Jev decision API in vLLM's shapes, one canvas read per question;
+- `GET /v1/models`.
+
+Multi-step denoising and free generation are refused with a 400 that says so: this server reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+import uuid
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from diffjev.canvas import DEFAULT_MAX_WIDTH
+from diffjev.decide import Decision, aggregate, slot_distribution
+from diffjev.engines.transformers import TransformersEngine
+from diffjev.jev import check_upstream_limits, question_canvas
+from diffjev.schema import Schema, SchemaError
+
+# Sampling fields vLLM rejects on a diffusion request ("not yet supported with diffusion").
+REJECTED_FOR_DIFFUSION = ("temperature", "min_p", "seed", "min_tokens", "logit_bias", "bad_words",
+                          "allowed_token_ids")
+DEFAULT_MAX_LOGPROBS = 32
+
+
+class RequestError(Exception):
+    def __init__(self, message: str, param: str | None = None, status: int = 400):
+        super().__init__(message)
+        self.message, self.param, self.status = message, param, status
+
+
+def error_response(message: str, status: int = 400, param: str | None = None) -> JSONResponse:
+    kind = {400: "BadRequestError", 404: "NotFoundError"}.get(status, "InternalServerError")
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}},
+                        status_code=status)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _flag(xargs: dict[str, Any], key: str) -> bool:
+    value = xargs.get(key, False)
+    if value in (True, False, 0, 1):
+        return bool(value)
+    raise RequestError(f"extra_args {key} must be a bool or 0/1", "vllm_xargs")
+
+
+def diffusion_args(body: dict[str, Any], served_width: int, vocab: int) -> dict[str, Any]:
+    """Validate the diffusion fields of `vllm_xargs` the way vLLM's `vllm/utils/diffusion.py` does."""
+    xargs = body.get("vllm_xargs") or {}
+    if not isinstance(xargs, dict):
+        raise RequestError("vllm_xargs must be an object", "vllm_xargs")
+    width = xargs.get("diffusion_canvas_length", served_width)
+    if not _is_int(width) or not 0 < width <= served_width:
+        raise RequestError(f"extra_args diffusion_canvas_length must be a positive int <= {served_width}",
+                           "vllm_xargs")
+    seed = xargs.get("diffusion_seed_canvas")
+    if seed is not None:
+        if not isinstance(seed, list) or not all(_is_int(t) and 0 <= t < vocab for t in seed):
+            raise RequestError(f"extra_args diffusion_seed_canvas must be a list of ints in [0, {vocab})",
+                               "vllm_xargs")
+        if len(seed) != width:
+            raise RequestError(f"extra_args diffusion_seed_canvas has {len(seed)} tokens but the canvas is "
+                               f"{width} wide", "vllm_xargs")
+    pinned = xargs.get("diffusion_pinned")
+    if pinned is not None:
+        if seed is None:
+            raise RequestError("extra_args diffusion_pinned needs diffusion_seed_canvas", "vllm_xargs")
+        if not isinstance(pinned, list) or not all(_is_int(p) and 0 <= p < width for p in pinned):
+            raise RequestError("extra_args diffusion_pinned must be a list of positions inside the canvas",
+                               "vllm_xargs")
+    steps = xargs.get("diffusion_max_steps", 1)
+    if not _is_int(steps) or steps <= 0:
+        raise RequestError("extra_args diffusion_max_steps must be a positive int", "vllm_xargs")
+    read_only = _flag(xargs, "diffusion_read_only")
+    if _flag(xargs, "diffusion_constrained") and not body.get("logprob_token_ids"):
+        raise RequestError("extra_args diffusion_constrained needs logprob_token_ids", "vllm_xargs")
+    if not read_only or steps != 1:
+        raise RequestError("this server answers one-step read-only reads only (diffusion_read_only true, "
+                           "diffusion_max_steps 1); serve the model with vLLM for generation", "vllm_xargs")
+    return {"width": width, "seed": seed, "constrained": _flag(xargs, "diffusion_constrained")}
+
+
+def logprob_args(body: dict[str, Any], max_logprobs: int, vocab: int) -> dict[str, Any]:
+    logprobs = body.get("logprobs", False)
+    if not isinstance(logprobs, bool):
+        raise RequestError("logprobs must be a bool", "logprobs")
+    top = body.get("top_logprobs")
+    if top is not None:
+        if not _is_int(top) or top < 0:
+            raise RequestError("top_logprobs must be a non-negative int", "top_logprobs")
+        if top > max_logprobs:
+            raise RequestError(f"top_logprobs ({top}) is above the server's max_logprobs ({max_logprobs})",
+                               "top_logprobs")
+        if not logprobs:
+            raise RequestError("when using top_logprobs, logprobs must be set to true", "top_logprobs")
+    ids = body.get("logprob_token_ids")
+    if ids is not None:
+        if not isinstance(ids, list) or not all(_is_int(t) and 0 <= t < vocab for t in ids):
+            raise RequestError(f"logprob_token_ids must be a list of token ids in [0, {vocab})", "logprob_token_ids")
+        if not logprobs:
+            raise RequestError("logprob_token_ids needs logprobs", "logprob_token_ids")
+    return {"logprobs": logprobs, "top": top or 0, "ids": ids}
+
+
+class JevQuestion(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str
+    instructions: str
+    criteria: Any = None
+
+
+class StructuredDecisionRequest(BaseModel):
+    model: str | None = None
+    state: str | dict | list
+    questions: dict[str, JevQuestion]
+    instructions: str | None = None
+    images: list[str] | None = None
+    audio: list[str] | None = None
+    videos: list[str] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    cache_salt: str | None = None
+    priority: int = 0
+    request_id: str | None = None
+
+
+def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_length: int = DEFAULT_MAX_WIDTH,
+               max_logprobs: int = DEFAULT_MAX_LOGPROBS, service_latency_s: float = 0.0) -> FastAPI:
+    """`service_latency_s` adds a fixed wait per request, outside the model lock, to stand in for a GPU
+    server's service time in throughput benchmarks."""
+    app = FastAPI(title="diffjev structured-read server (vLLM wire format)")
+    tokenizer = engine.tokenizer
+    builder = engine.builder
+    vocab = builder.format.vocab_size
+    model_lock = threading.Lock()  # one forward at a time: the CPU has no spare cores for two
+
+    def locked(fn, *args):
+        with model_lock:
+            return fn(*args)
+
+    def check_model(name: Any) -> None:
+        if name is not None and name != served_model_name:
+            raise RequestError(f"The model `{name}` does not exist.", "model", 404)
+
+    def token_text(tid: int, as_ids: bool) -> str:
+        return f"token_id:{tid}" if as_ids else tokenizer.decode([tid])
+
+    @app.exception_handler(RequestError)
+    async def _request_error(_: Request, exc: RequestError) -> JSONResponse:
+        return error_response(exc.message, exc.status, exc.param)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        return error_response(f"{where}: {first.get('msg', 'invalid request')}", 400, where or None)
+
+    @app.get("/v1/models")
+    def models() -> dict[str, Any]:
+        return {"object": "list", "data": [{"id": served_model_name, "object": "model", "created": int(time.time()),
+                                            "owned_by": "diffjev", "root": engine.model_name}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> JSONResponse:
+        body = await _json_body(request)
+        check_model(body.get("model"))
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not all(
+                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in messages):
+            raise RequestError("messages must be a non-empty list of {role, content} with text content", "messages")
+        if body.get("stream"):
+            raise RequestError("this server does not stream", "stream")
+        for name in REJECTED_FOR_DIFFUSION:
+            if body.get(name) is not None:
+                raise RequestError(f"{name} is not yet supported with diffusion", name)
+        lp = logprob_args(body, max_logprobs, vocab)
+        diff = diffusion_args(body, canvas_length, vocab)
+        kwargs = body.get("chat_template_kwargs") or {}
+        if not isinstance(kwargs, dict):
+            raise RequestError("chat_template_kwargs must be an object", "chat_template_kwargs")
+        max_tokens = body.get("max_tokens")
+        if max_tokens is not None and (not _is_int(max_tokens) or max_tokens <= 0):
+            raise RequestError("max_tokens must be a positive int", "max_tokens")
+        as_ids = bool(body.get("return_tokens_as_token_ids", False))
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+        prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+        canvas = diff["seed"] or [random.randrange(vocab) for _ in range(diff["width"])]  # unseeded: vLLM draws
+        # read-only caps the output at the canvas width and ignores EOS: position i is canvas position i
+        n_out = min(max_tokens or diff["width"], diff["width"])
+        await asyncio.sleep(service_latency_s)
+        logprobs = (await run_in_threadpool(locked, engine.canvas_logprobs, prompt, canvas))[:n_out]
+        if diff["constrained"]:  # normalised over the requested ids only
+            ids = lp["ids"]
+            sub = logprobs[:, ids]
+            logprobs = logprobs.new_full(logprobs.shape, float("-inf"))
+            logprobs[:, ids] = sub - sub.logsumexp(dim=-1, keepdim=True)
+        top_ids = logprobs.argmax(dim=-1).tolist()
+        content = None
+        if lp["logprobs"]:
+            content = []
+            for pos, tid in enumerate(top_ids):
+                row = logprobs[pos]
+                wanted = lp["ids"] if lp["ids"] is not None else row.topk(lp["top"]).indices.tolist()
+                content.append({
+                    "token": token_text(tid, as_ids), "logprob": max(float(row[tid]), -9999.0),
+                    "bytes": list(token_text(tid, as_ids).encode()),
+                    "top_logprobs": [{"token": token_text(t, as_ids), "logprob": max(float(row[t]), -9999.0),
+                                      "bytes": list(token_text(t, as_ids).encode())} for t in wanted],
+                })
+        return JSONResponse({
+            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "model": served_model_name,
+            "choices": [{"index": 0,
+                         "message": {"role": "assistant", "content": tokenizer.decode(top_ids, skip_special_tokens=True),
+                                     "tool_calls": []},
+                         "logprobs": {"content": content} if content is not None else None,
+                         "finish_reason": "length", "stop_reason": None}],
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": n_out, "total_tokens": len(prompt) + n_out},
+        })
+
+    @app.post("/v1/systemone")
+    async def systemone(request: Request) -> JSONResponse:
+        body = await _json_body(request)
+        try:
+            req = StructuredDecisionRequest.model_validate(body)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise RequestError(f"{where}: {first['msg']}", where or None) from None
+        check_model(req.model)
+        if req.images or req.audio or req.videos:
+            raise RequestError("this server reads text states only; send no images, audio or videos", "images")
+        try:
+            schema = Schema.from_dict({"questions": {qid: q.model_dump(exclude_none=True)
+                                                     for qid, q in req.questions.items()}})
+            check_upstream_limits(schema)
+            canvases = [question_canvas(builder, q, req.state, req.instructions or "") for q in schema.questions]
+        except SchemaError as exc:
+            raise RequestError(str(exc), "questions") from None
+        await asyncio.sleep(service_latency_s)
+        reads = await run_in_threadpool(locked, engine.read, canvases)
+        answers = {}
+        for q, canvas, read in zip(schema.questions, canvases, reads):
+            answers[q.id] = aggregate(q, [slot_distribution(q, canvas.label_ids[q.id], read[q.id])])
+        decision = Decision(answers, schema)
+        return JSONResponse({
+            "id": f"sd-{uuid.uuid4().hex}", "object": "structured_decision", "created": int(time.time()),
+            "model": served_model_name, "answers": decision.to_jev(),
+            "usage": {"input_tokens": sum(len(c.prompt_ids) for c in canvases), "output_tokens": 2 * len(canvases)},
+            "diagnostics": decision.jev_diagnostics(),
+        })
+
+    return app
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        raise RequestError("the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object")
+    return body
