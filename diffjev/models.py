@@ -136,7 +136,12 @@ def offline_gemma_causal_lm() -> Any:
 
     def convert(out: Path) -> None:
         folder, name = _offline_gguf_folder()
-        AutoModelForCausalLM.from_pretrained(folder, gguf_file=name).save_pretrained(out)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+        # Loading dequantised the weights to fp32; drop the GGUF quantizer so they save as plain safetensors.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(out)
 
     target = _convert_once(cache_dir() / "gemma3-270m-causal-lm", convert)
     return AutoModelForCausalLM.from_pretrained(target).eval()
