@@ -1,0 +1,138 @@
+"""VLLMServerEngine over real HTTP against a server that speaks vLLM's wire format and computes with the
+tiny DiffusionGemma; the server's request validation; and each way a server can fail."""
+
+import json
+import time
+
+import httpx
+import pytest
+
+from diffjev import EngineError, Schema, read, read_many
+from diffjev.engines import VLLMServerEngine
+from conftest import SERVED_NAME, STATES, TICKETS
+from faulty_servers import CannedFault, Silent, closed_port_url
+
+
+@pytest.fixture(scope="module")
+def client(vllm_server, tokenizer):
+    engine = VLLMServerEngine(vllm_server.url, model=SERVED_NAME, tokenizer=tokenizer, max_in_flight=4)
+    yield engine
+    engine.close()
+
+
+def test_same_distributions_over_http_as_in_process(client, dgemma_engine, schema):
+    custom = Schema.from_dict({**TICKETS, "template": "Urgent: {urgent}\nTeam: {team}\nTone: {tone}/3"})
+    for s in (schema, custom):
+        remote = list(read_many(s, STATES, client))
+        for state, got in zip(STATES, remote):
+            local = read(s, state, dgemma_engine)
+            assert got.diagnostics["draws"] == local.diagnostics["draws"]
+            assert got.diagnostics["canvas_ids"] == local.diagnostics["canvas_ids"]
+            assert got.diagnostics["prompt_ids"] == local.diagnostics["prompt_ids"]
+            for qid, answer in local.answers.items():
+                other = got.answers[qid]
+                assert other.answer == answer.answer
+                for name, p in answer.probabilities.items():
+                    assert other.probabilities[name] == pytest.approx(p, abs=1e-5)
+                assert other.label_mass == pytest.approx(answer.label_mass, rel=1e-4)
+                assert other.argmax_is_label == answer.argmax_is_label
+
+
+def test_request_carries_the_structured_read_fields_and_never_temperature_or_seed(client, schema):
+    canvas = client.builder.build(schema, STATES[0], seed=42)
+    body = client.request_body(canvas)
+    assert "temperature" not in body and "seed" not in body
+    assert body["vllm_xargs"] == {"diffusion_seed_canvas": list(canvas.ids), "diffusion_canvas_length": canvas.width,
+                                  "diffusion_max_steps": 1, "diffusion_read_only": True}
+    assert body["logprob_token_ids"] == sorted({t for ids in canvas.label_ids.values() for t in ids})
+    assert body["logprobs"] is True and body["top_logprobs"] == 20 and body["return_tokens_as_token_ids"] is True
+
+
+def post(server, **changes):
+    body = {"model": SERVED_NAME, "messages": [{"role": "user", "content": "hi"}], "logprobs": True,
+            "top_logprobs": 5, "return_tokens_as_token_ids": True,
+            "vllm_xargs": {"diffusion_seed_canvas": [7] * 16, "diffusion_canvas_length": 16,
+                           "diffusion_max_steps": 1, "diffusion_read_only": True}}
+    for key, value in changes.items():
+        if key.startswith("x_"):
+            body["vllm_xargs"][key[2:]] = value
+        elif value is None:
+            body.pop(key, None)
+        else:
+            body[key] = value
+    return httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=30)
+
+
+@pytest.mark.parametrize("changes, status, says", [
+    ({"x_diffusion_seed_canvas": [7] * 15}, 400, "diffusion_seed_canvas"),
+    ({"x_diffusion_seed_canvas": [7] * 15 + [10 ** 9]}, 400, "diffusion_seed_canvas"),
+    ({"x_diffusion_seed_canvas": None, "x_diffusion_pinned": [1, 2]}, 400, "diffusion_pinned"),
+    ({"x_diffusion_pinned": [99]}, 400, "diffusion_pinned"),
+    ({"x_diffusion_canvas_length": 128}, 400, "diffusion_canvas_length"),
+    ({"x_diffusion_max_steps": 0}, 400, "diffusion_max_steps"),
+    ({"x_diffusion_read_only": "yes"}, 400, "diffusion_read_only"),
+    ({"x_diffusion_constrained": True}, 400, "logprob_token_ids"),
+    ({"temperature": 0.5}, 400, "temperature"),
+    ({"seed": 1}, 400, "seed"),
+    ({"logprobs": None, "top_logprobs": None, "logprob_token_ids": [1]}, 400, "logprob_token_ids needs logprobs"),
+    ({"top_logprobs": 99}, 400, "max_logprobs"),
+    ({"model": "other"}, 404, "does not exist"),
+    ({"messages": []}, 400, "messages"),
+])
+def test_server_validates_requests_as_vllm_does(vllm_server, changes, status, says):
+    response = post(vllm_server, **changes)
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert error["code"] == status and says in error["message"]
+
+
+def test_server_answers_in_vllms_chat_shape(vllm_server, tokenizer):
+    ids = [11262, 951]
+    data = post(vllm_server, logprob_token_ids=ids).json()
+    assert data["object"] == "chat.completion" and data["model"] == SERVED_NAME
+    content = data["choices"][0]["logprobs"]["content"]
+    assert len(content) == 16  # read-only: one entry per canvas position
+    for entry in content:
+        assert entry["token"].startswith("token_id:") and isinstance(entry["logprob"], float)
+        assert [t["token"] for t in entry["top_logprobs"]] == [f"token_id:{i}" for i in ids]
+        assert entry["bytes"] == list(entry["token"].encode())
+    top_k = post(vllm_server, return_tokens_as_token_ids=False).json()["choices"][0]["logprobs"]["content"]
+    assert len(top_k[0]["top_logprobs"]) == 5
+    lps = [t["logprob"] for t in top_k[0]["top_logprobs"]]
+    assert lps == sorted(lps, reverse=True) and not top_k[0]["token"].startswith("token_id:")
+    assert data["usage"]["completion_tokens"] == 16
+
+
+def test_unreachable_server_names_the_endpoint(tokenizer, schema):
+    url = closed_port_url()
+    engine = VLLMServerEngine(url, model="m", tokenizer=tokenizer)
+    started = time.monotonic()
+    with pytest.raises(EngineError, match="cannot reach the vLLM server at " + url):
+        read(schema, "x", engine)
+    assert time.monotonic() - started < 10
+
+
+def test_a_silent_server_times_out_with_a_clear_error(tokenizer, schema):
+    with Silent() as silent:
+        engine = VLLMServerEngine(silent.url, model="m", tokenizer=tokenizer, timeout=1.0)
+        started = time.monotonic()
+        with pytest.raises(EngineError, match=f"{silent.url}/v1/chat/completions did not answer within"):
+            read(schema, "x", engine)
+        assert time.monotonic() - started < 10
+        engine.close()
+
+
+@pytest.mark.parametrize("status, body, says", [
+    (500, json.dumps({"error": {"message": "EngineCore died", "type": "InternalServerError", "code": 500}}).encode(),
+     "answered 500: EngineCore died"),
+    (200, b"{not json", "malformed JSON"),
+    (200, json.dumps({"choices": [{"message": {"content": "yes"}, "logprobs": None}]}).encode(),
+     "no usable choices[0].logprobs.content"),
+])
+def test_faulty_answers_give_clear_errors_naming_the_endpoint(tokenizer, schema, status, body, says):
+    with CannedFault(status, body) as server:
+        engine = VLLMServerEngine(server.url, model="m", tokenizer=tokenizer)
+        with pytest.raises(EngineError) as err:
+            read(schema, "x", engine)
+        assert says in str(err.value) and server.url in str(err.value)
+        engine.close()
