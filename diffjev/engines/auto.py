@@ -1,0 +1,71 @@
+"""Choosing an engine from settings: a vLLM server when one is configured, else a diffusion model
+in-process, else the offline autoregressive fallback, always saying which one and why."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from diffjev.engines.base import Engine, EngineError
+from diffjev.models import ModelLoadError
+
+ENGINE_CHOICES = ("auto", "vllm", "jev", "transformers", "autoregressive")
+# A masked diffusion chat model small enough for a CPU (dLLM's BERT-Chat, 0.2 B).
+DEFAULT_DIFFUSION_MODEL = "dllm-hub/ModernBERT-base-chat-v0.1"
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    kind: str = "auto"
+    url: str | None = None  # default: $DIFFJEV_VLLM_URL
+    model: str | None = None  # default: $DIFFJEV_VLLM_MODEL for a server, $DIFFJEV_MODEL in-process
+    tokenizer: str | None = None
+    canvas_length: int = 64
+
+
+@dataclass(frozen=True)
+class ChosenEngine:
+    engine: Engine
+    description: str  # what made the pre-labels, in words for the header
+    fallback: bool = False
+
+
+def choose_engine(choice: EngineChoice) -> ChosenEngine:
+    if choice.kind not in ENGINE_CHOICES:
+        raise EngineError(f"unknown engine {choice.kind!r}; choose one of {', '.join(ENGINE_CHOICES)}")
+    url = choice.url or os.environ.get("DIFFJEV_VLLM_URL")
+    if choice.kind in ("vllm", "jev") or (choice.kind == "auto" and url):
+        if not url:
+            raise EngineError(f"the {choice.kind} engine needs a server URL: pass --url or set DIFFJEV_VLLM_URL")
+        model = choice.model or os.environ.get("DIFFJEV_VLLM_MODEL")
+        if choice.kind == "jev":
+            from diffjev.engines.jev_api import JevAPIEngine
+
+            return ChosenEngine(JevAPIEngine(url, model), f"Jev API at {url}" + (f", model {model}" if model else ""))
+        if not model:
+            raise EngineError("the vllm engine needs the served model name: pass --model or set DIFFJEV_VLLM_MODEL")
+        from diffjev.engines.vllm import VLLMServerEngine
+
+        engine = VLLMServerEngine(url, model, choice.tokenizer, canvas_length=choice.canvas_length)
+        return ChosenEngine(engine, f"vLLM server at {url}, model {model}")
+    model = choice.model or os.environ.get("DIFFJEV_MODEL") or DEFAULT_DIFFUSION_MODEL
+    if choice.kind == "autoregressive":
+        from diffjev.engines.autoregressive import AutoregressiveEngine
+
+        if choice.model is None and os.environ.get("DIFFJEV_MODEL") is None:
+            engine = AutoregressiveEngine.offline()
+        else:
+            engine = AutoregressiveEngine(model, choice.tokenizer, canvas_length=choice.canvas_length)
+        return ChosenEngine(engine, f"autoregressive baseline, model {engine.model_name}")
+    from diffjev.engines.transformers import TransformersEngine
+
+    try:
+        engine = TransformersEngine(model, choice.tokenizer, canvas_length=choice.canvas_length)
+        return ChosenEngine(engine, f"transformers, {engine.family} diffusion model {model}")
+    except ModelLoadError as exc:
+        if choice.kind == "transformers":
+            raise EngineError(str(exc)) from None
+        from diffjev.engines.autoregressive import AutoregressiveEngine
+
+        engine = AutoregressiveEngine.offline()
+        return ChosenEngine(engine, f"FALLBACK: autoregressive {engine.model_name}, because {exc}", fallback=True)

@@ -1,0 +1,90 @@
+"""The read playground: write a schema, paste an item, and see every question's distribution from one
+structured read. It is the first tab of the studio; the labeling tabs build on the same services."""
+
+from __future__ import annotations
+
+import html
+import json
+from typing import Any
+
+import gradio as gr
+
+from diffjev.decide import Decision
+from diffjev.engines.auto import ChosenEngine
+from diffjev.engines.base import EngineError
+from diffjev.read import read
+from diffjev.schema import Schema, SchemaError
+
+DEMO_SCHEMA = {
+    "instructions": "Support tickets from a SaaS product.",
+    "questions": [
+        {"id": "urgent", "type": "yes_no", "instructions": "Does the customer need a reply within the hour?"},
+        {"id": "team", "type": "choice", "instructions": "Which team should handle it?",
+         "options": [{"name": "billing"}, {"name": "technical", "description": "bugs, outages"}, {"name": "account"}]},
+        {"id": "tone", "type": "score", "instructions": "How upset is the customer?",
+         "levels": ["calm", "annoyed", "furious"]},
+    ],
+    "samples": "auto",
+}
+DEMO_STATE = "Everything is down and we have a demo at noon."
+
+
+def distribution_html(decision: Decision) -> str:
+    """Each question's distribution as bars; every name is escaped, so an item cannot inject markup."""
+    rows = []
+    for qid, answer in decision.answers.items():
+        bars = "".join(
+            f"<div class='dj-row'><span class='dj-name'>{html.escape(name)}</span>"
+            f"<span class='dj-bar' style='width:{100 * p:.1f}%'></span><span>{p:.3f}</span></div>"
+            for name, p in sorted(answer.probabilities.items(), key=lambda kv: -kv[1]))
+        spread = f", ± {answer.stderr:.3f} over {answer.draws} draws" if answer.stderr is not None else ""
+        rows.append(f"<div class='dj-q'><b>{html.escape(qid)}</b>: {html.escape(answer.answer)} "
+                    f"(confidence {answer.confidence:.3f}{spread}; label mass {answer.label_mass:.3g})"
+                    f"{bars}</div>")
+    return "".join(rows)
+
+
+CSS = """
+.dj-row { display: flex; gap: .5em; align-items: center; }
+.dj-name { width: 10em; }
+.dj-bar { display: inline-block; height: .8em; background: #3b82f6; }
+.dj-q { margin-bottom: 1em; }
+"""
+
+
+def build_app(chosen: ChosenEngine) -> gr.Blocks:
+    def run(schema_text: str, state_text: str) -> tuple[str, Any, str]:
+        try:
+            schema = Schema.from_dict(json.loads(schema_text))
+        except ValueError as exc:  # malformed JSON or SchemaError
+            return "", None, f"**Schema:** {html.escape(str(exc))}"
+        state: Any = state_text
+        if state_text.strip().startswith(("{", "[")):
+            try:
+                state = json.loads(state_text)
+            except ValueError:
+                pass  # text that happens to start with a brace is read as text
+        try:
+            decision = read(schema, state, chosen.engine)
+        except (SchemaError, EngineError) as exc:
+            return "", None, f"**Read failed:** {html.escape(str(exc))}"
+        timing = decision.diagnostics.get("timing", {})
+        seconds = sum(v for k, v in timing.items() if k.endswith("_s"))
+        return distribution_html(decision), decision.to_jev(), \
+            f"{decision.diagnostics.get('draws', 1)} draw(s), {seconds * 1000:.0f} ms"
+
+    with gr.Blocks(title="diffjev") as app:
+        banner = ("⚠️ " if chosen.fallback else "") + f"**Pre-labels from:** {html.escape(chosen.description)}"
+        gr.Markdown(f"# diffjev\n{banner}", elem_id="engine-banner")
+        with gr.Row():
+            with gr.Column():
+                schema_box = gr.Code(json.dumps(DEMO_SCHEMA, indent=2), language="json", label="Schema",
+                                     elem_id="schema")
+                state_box = gr.Textbox(DEMO_STATE, lines=4, label="Item (text or JSON)", elem_id="state")
+                go = gr.Button("Read", variant="primary", elem_id="read")
+            with gr.Column():
+                status = gr.Markdown(elem_id="status")
+                bars = gr.HTML(elem_id="distributions")
+                jev = gr.JSON(label="Jev answer shapes")
+        go.click(run, [schema_box, state_box], [bars, jev, status], api_name="read")
+    return app

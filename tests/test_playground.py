@@ -1,0 +1,45 @@
+"""The read playground as a real Gradio app on localhost, driven through gradio_client."""
+
+import json
+
+import pytest
+from gradio_client import Client
+
+from diffjev.engines.auto import ChosenEngine
+from diffjev.ui.playground import DEMO_SCHEMA, build_app
+from conftest import free_port
+
+
+@pytest.fixture(scope="module")
+def playground(dgemma_engine):
+    app = build_app(ChosenEngine(dgemma_engine, "transformers, tiny random DiffusionGemma"))
+    port = free_port()
+    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    yield Client(f"http://127.0.0.1:{port}/", verbose=False)
+    app.close()
+
+
+def test_a_read_draws_each_questions_distribution(playground):
+    bars, jev, status = playground.predict(json.dumps(DEMO_SCHEMA), "Everything is down.", api_name="/read")
+    for name in ("urgent", "team", "tone", "billing", "technical", "annoyed"):
+        assert name in bars
+    assert set(jev) == {"urgent", "team", "tone"} and jev["team"]["type"] == "choice"
+    assert "draw" in status
+
+
+def test_markup_in_schema_and_item_is_shown_as_text(playground):
+    schema = {"questions": [{"id": "q", "type": "choice", "instructions": "Which?",
+                             "options": ["<script>alert(1)</script>", "<b>bold</b>"]}]}
+    bars, _, _ = playground.predict(json.dumps(schema), "<img src=x onerror=alert(1)>", api_name="/read")
+    assert "<script>" not in bars and "&lt;script&gt;alert(1)&lt;/script&gt;" in bars
+    assert "<b>bold</b>" not in bars
+
+
+@pytest.mark.parametrize("schema_text, says", [
+    ("{not json", "Schema"),
+    (json.dumps({"questions": [{"id": "q", "type": "choice", "instructions": "?", "options": ["a"]}]}),
+     "question &#x27;q&#x27;, field &#x27;options&#x27;: a choice question needs at least 2 options"),
+])
+def test_bad_schemas_get_a_message_not_a_traceback(playground, schema_text, says):
+    bars, jev, status = playground.predict(schema_text, "x", api_name="/read")
+    assert bars == "" and says in status and "Traceback" not in status
