@@ -7,7 +7,7 @@ Compares, on backbones of the same size (random weights, the real 262k Gemma voc
 - AR sequential: a causal LM, one pass per slot with earlier slots filled, KV cache reused.
 
 Model passes are counted with a forward hook on each backbone, not taken from the engines' word.
-Run: python benchmarks/read_cost.py [--items 9] [--hidden 256] [--layers 4]
+Run: python benchmarks/read_cost.py [--items 15] [--hidden 256] [--layers 4]
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import statistics
 import time
+from typing import Callable
 
 import torch
 
@@ -48,19 +49,23 @@ def counter(module: torch.nn.Module) -> list[int]:
     return calls
 
 
-def measure(fn, items: int) -> tuple[float, float]:
-    fn(-1)  # warm-up
-    times = []
+def measure(runs: list[tuple[str, Callable[[int], None]]], items: int) -> dict[str, float]:
+    """Median seconds per item for each run. The runs take turns item by item, so a shift in the
+    machine's load during the measurement falls on all of them alike."""
+    for _, fn in runs:
+        fn(-1)  # warm-up
+    times: dict[str, list[float]] = {label: [] for label, _ in runs}
     for i in range(items):
-        started = time.perf_counter()
-        fn(i)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times), statistics.mean(times)
+        for label, fn in runs:
+            started = time.perf_counter()
+            fn(i)
+            times[label].append(time.perf_counter() - started)
+    return {label: statistics.median(t) for label, t in times.items()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--items", type=int, default=9)
+    ap.add_argument("--items", type=int, default=15)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--ks", default="1,2,4,8,16")
@@ -73,10 +78,13 @@ def main() -> None:
     single = AutoregressiveEngine(causal, tokenizer, mode="single", batch_size=1, canvas_length=128)
     sequential = AutoregressiveEngine(causal, tokenizer, mode="sequential", batch_size=1, canvas_length=128)
     d_calls, c_calls = counter(diffusion.model.model), counter(causal.model)
-    prompt_len = len(diffusion.builder.build(schema_with(1), TICKET, 42).prompt_ids)
+    one = schema_with(1)
+    joint_len = len(diffusion.builder.build(one, TICKET, 42).prompt_ids)
+    question_len = len(question_canvas(diffusion.builder, one.questions[0], TICKET).prompt_ids)
     print(f"backbones: hidden {args.hidden}, {args.layers} layers, vocab {diffusion.builder.format.vocab_size}; "
-          f"prompt ~{prompt_len} tokens at k=1; {args.items} items per cell, median; torch threads "
-          f"{torch.get_num_threads()}\n")
+          f"DiffusionGemma with 4 experts (top 2), Gemma 3 dense causal LM; prompt at k=1: {joint_len} tokens "
+          f"(joint), {question_len} (per question); {args.items} items per cell, median; "
+          f"torch threads {torch.get_num_threads()}\n")
     header = f"| k | read | model passes / item | median ms / item | × joint diffusion |"
     print(header)
     print("|---|---|---|---|---|")
@@ -93,15 +101,16 @@ def main() -> None:
             ("AR single", lambda i: read(schema, f"{TICKET} #{i}", single), c_calls),
             ("AR sequential", lambda i: read(schema, f"{TICKET} #{i}", sequential), c_calls),
         ]
-        joint_ms = None
-        for label, fn, calls in runs:
+        passes = {}
+        for label, fn, calls in runs:  # passes counted on one item, alone
             before = calls[0]
-            median_s, _ = measure(fn, args.items)
-            passes = (calls[0] - before) / (args.items + 1)
-            ms = median_s * 1000
-            joint_ms = joint_ms or ms
-            print(f"| {k} | {label} | {passes:g} | {ms:.1f} | {ms / joint_ms:.2f} |", flush=True)
-
+            fn(-2)
+            passes[label] = calls[0] - before
+        medians = measure([(label, fn) for label, fn, _ in runs], args.items)
+        joint = medians[runs[0][0]]
+        for label, _, _ in runs:
+            print(f"| {k} | {label} | {passes[label]} | {medians[label] * 1000:.1f} | {medians[label] / joint:.2f} |",
+                  flush=True)
 
 if __name__ == "__main__":
     main()

@@ -11,6 +11,7 @@ import string
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from diffjev.errors import SchemaError
 from diffjev.template import Template
 
 KIND_ALIASES = {
@@ -31,20 +32,6 @@ DIGITS = tuple(string.digits)
 MAX_SAMPLES = 32
 DEFAULT_AUTO_THRESHOLD = 0.1
 DEFAULT_AUTO_MAX = 4
-
-
-class SchemaError(ValueError):
-    """A schema, question or template that cannot be read. The message says where and how to fix it."""
-
-    def __init__(self, message: str, *, question: str | None = None, field: str | None = None):
-        self.question = question
-        self.field = field
-        where = []
-        if question is not None:
-            where.append(f"question {question!r}")
-        if field is not None:
-            where.append(f"field {field!r}")
-        super().__init__(f"{', '.join(where)}: {message}" if where else message)
 
 
 @dataclass(frozen=True)

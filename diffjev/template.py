@@ -7,10 +7,10 @@ import string
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from diffjev.errors import SchemaError
 
-def _error(message: str, question: str | None = None):
-    from diffjev.schema import SchemaError  # schema imports template; the error type lives there
 
+def _error(message: str, question: str | None = None) -> SchemaError:
     return SchemaError(message, question=question, field="template")
 
 

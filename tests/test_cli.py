@@ -1,0 +1,74 @@
+"""The command line end to end: `diffjev serve-model --tiny` as a real process, `diffjev read` against it."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from diffjev.models import cache_dir
+from conftest import TICKETS, free_port
+
+
+def diffjev(*args, input=None, timeout=120):
+    return subprocess.run([sys.executable, "-m", "diffjev.cli", *args], input=input, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+@pytest.fixture(scope="module")
+def served(tokenizer):  # the tokenizer fixture converts and caches the offline Gemma tokenizer first
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "diffjev.cli", "serve-model", "--tiny", "--port", str(port),
+                             "--served-model-name", "tiny"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"serve-model did not start: {proc.stdout.read().decode()[-2000:]}")
+        time.sleep(0.3)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=20)
+
+
+def test_read_prints_one_decision_per_state_from_a_served_model(served, tmp_path):
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(TICKETS))
+    states = 'Everything is down.\n{"subject": "refund", "body": "charged twice"}\n'
+    result = diffjev("read", "--schema", str(schema), "--engine", "vllm", "--url", served, "--model", "tiny",
+                     "--tokenizer", str(cache_dir() / "gemma3-270m-tokenizer"), input=states)
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["state"] for line in lines] == ["Everything is down.", {"subject": "refund", "body": "charged twice"}]
+    for line in lines:
+        assert set(line["answers"]) == {"urgent", "team", "tone"}
+        assert sum(line["answers"]["team"]["probabilities"].values()) == pytest.approx(1.0)
+    assert f"vLLM server at {served}" in result.stderr
+
+
+def test_bad_schema_file_exits_with_the_field_and_no_traceback(tmp_path):
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"questions": [{"id": "q", "type": "choice", "instructions": "?", "options": ["a"]}]}))
+    result = diffjev("read", "--schema", str(schema), "x")
+    assert result.returncode != 0
+    assert "question 'q', field 'options'" in result.stderr and "Traceback" not in result.stderr
+    missing = diffjev("read", "--schema", str(tmp_path / "nope.json"), "x")
+    assert missing.returncode != 0 and "cannot read the schema file" in missing.stderr
+
+
+def test_a_dead_server_is_named_without_a_traceback(tmp_path):
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(TICKETS))
+    result = diffjev("read", "--schema", str(schema), "--engine", "jev", "--url", "http://127.0.0.1:9", "x")
+    assert result.returncode != 0
+    assert "cannot reach the Jev API at http://127.0.0.1:9/v1/systemone" in result.stderr
+    assert "Traceback" not in result.stderr
