@@ -22,8 +22,15 @@ def assert_matches_full_forward(engine, canvas, full, offset=0):
         assert got[qid].argmax == int(full[pos + offset].argmax())
 
 
-def test_diffusion_gemma_read_equals_its_full_forward(dgemma_engine, schema):
+LONG_TEMPLATE = ("Is a reply needed within the hour? {urgent}. The team that should take this ticket is: {team}. "
+                 "On a scale from zero to two, the customer is upset at level {tone}.")
+
+
+@pytest.mark.parametrize("template", [None, LONG_TEMPLATE])
+def test_diffusion_gemma_read_equals_its_full_forward(dgemma_engine, template):
+    schema = Schema.from_dict({**TICKETS, **({"template": template} if template else {})})
     canvas = dgemma_engine.builder.build(schema, STATES[0], seed=42)
+    assert canvas.width == (16 if template is None else 48)
     assert_matches_full_forward(dgemma_engine, canvas, dgemma_engine.canvas_logprobs(canvas.prompt_ids, canvas.ids))
 
 

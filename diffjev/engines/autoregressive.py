@@ -79,8 +79,8 @@ class AutoregressiveEngine(CanvasEngine):
         out: dict[str, SlotRead] = {}
         for qid, position in sorted(canvas.slots.items(), key=lambda kv: kv[1]):
             step = pending + ids[fed:position]
-            result = self.model.model(input_ids=torch.tensor([step], device=self.device), past_key_values=cache,
-                                      use_cache=True)
+            reuse = {} if cache is None else {"past_key_values": cache}
+            result = self.model.model(input_ids=torch.tensor([step], device=self.device), use_cache=True, **reuse)
             cache = result.past_key_values
             logprobs = head_logprobs(self.model, result.last_hidden_state[0, -1:]).cpu()
             out[qid] = slot_reads(logprobs, _one_slot(canvas, qid))[qid]
