@@ -12,19 +12,11 @@ import pytest
 import uvicorn
 
 from diffjev import Schema
+from diffjev.demo import TICKETS_SCHEMA
 from diffjev.models import offline_gemma_tokenizer
 from diffjev.tiny import tiny_causal_lm, tiny_diffusion_gemma, tiny_masked_lm
 
-TICKETS = {
-    "instructions": "Support tickets from a SaaS product.",
-    "questions": [
-        {"id": "urgent", "type": "yes_no", "instructions": "Does the customer need a reply within the hour?"},
-        {"id": "team", "type": "choice", "instructions": "Which team should handle it?",
-         "options": [{"name": "billing"}, {"name": "technical", "description": "bugs, outages"}, {"name": "account"}]},
-        {"id": "tone", "type": "score", "instructions": "How upset is the customer?",
-         "levels": ["calm", "annoyed", "furious"]},
-    ],
-}
+TICKETS = TICKETS_SCHEMA
 STATES = [
     "Everything is down and we have a demo at noon.",
     "I was charged twice for the March invoice.",

@@ -4,17 +4,7 @@ question and the field and says how to fix it."""
 import pytest
 
 from diffjev import Schema, SchemaError, Template
-
-TICKETS = {
-    "instructions": "Support tickets from a SaaS product.",
-    "questions": [
-        {"id": "urgent", "type": "yes_no", "instructions": "Does the customer need a reply within the hour?"},
-        {"id": "team", "type": "choice", "instructions": "Which team should handle it?",
-         "options": [{"name": "billing"}, {"name": "technical", "description": "bugs, outages"}, {"name": "account"}]},
-        {"id": "tone", "type": "score", "instructions": "How upset is the customer?",
-         "levels": ["calm", "annoyed", "furious"]},
-    ],
-}
+from conftest import TICKETS
 
 
 def q(**spec):

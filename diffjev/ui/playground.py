@@ -10,22 +10,13 @@ from typing import Any
 import gradio as gr
 
 from diffjev.decide import Decision
+from diffjev.demo import TICKETS_SCHEMA
 from diffjev.engines.auto import ChosenEngine
 from diffjev.engines.base import EngineError
 from diffjev.read import read
 from diffjev.schema import Schema, SchemaError
 
-DEMO_SCHEMA = {
-    "instructions": "Support tickets from a SaaS product.",
-    "questions": [
-        {"id": "urgent", "type": "yes_no", "instructions": "Does the customer need a reply within the hour?"},
-        {"id": "team", "type": "choice", "instructions": "Which team should handle it?",
-         "options": [{"name": "billing"}, {"name": "technical", "description": "bugs, outages"}, {"name": "account"}]},
-        {"id": "tone", "type": "score", "instructions": "How upset is the customer?",
-         "levels": ["calm", "annoyed", "furious"]},
-    ],
-    "samples": "auto",
-}
+DEMO_SCHEMA = {**TICKETS_SCHEMA, "samples": "auto"}
 DEMO_STATE = "Everything is down and we have a demo at noon."
 
 
