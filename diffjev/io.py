@@ -1,0 +1,324 @@
+"""Reading items from files and datasets, and writing exports, with nothing half-done.
+
+Reading streams: CSV and JSONL line by line, Parquet in record batches, a DataFrame or a Hugging Face
+dataset in slices, so memory stays bounded however large the source. A bad row (no text, empty text,
+bytes that are not UTF-8, a line that is not JSON) is reported with its line or row number and skipped;
+the rest is read. Writing goes to a temporary file beside the target and is renamed into place, so a
+crash never leaves a half file under the final name.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+FORMATS = ("csv", "jsonl", "parquet", "hf")
+SLICE_ROWS = 10_000
+
+
+class SourceError(ValueError):
+    """A source that cannot be imported at all (missing file, unknown format, no such text column)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    line: int  # the line (CSV, JSONL) or row number (Parquet, DataFrame, dataset) it came from, from 1
+    text: str
+    external_id: str | None
+    fields: dict[str, Any]
+
+    @property
+    def content_hash(self) -> str:
+        body = json.dumps([self.text, self.fields], sort_keys=True, ensure_ascii=False, default=str)
+        return hashlib.sha256(body.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Rejected:
+    line: int
+    reason: str
+
+
+def source_format(source: Any) -> str:
+    """csv, jsonl, parquet, dataframe, dataset or hf-name."""
+    if hasattr(source, "iterrows"):
+        return "dataframe"
+    if hasattr(source, "features") and hasattr(source, "iter"):
+        return "dataset"
+    path = Path(str(source))
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        return "csv"
+    if suffix in (".jsonl", ".ndjson", ".json"):
+        return "jsonl"
+    if suffix in (".parquet", ".pq"):
+        return "parquet"
+    if path.is_dir() or not path.suffix:
+        return "hf"  # a dataset saved with save_to_disk, or a Hub dataset name
+    raise SourceError(f"cannot import {source}: use a .csv, .jsonl or .parquet file, a Hugging Face dataset "
+                       f"folder or name, or a pandas DataFrame")
+
+
+def read_rows(source: Any, text_field: str = "text", id_field: str | None = None,
+              context_fields: Sequence[str] | None = None, split: str = "train") -> Iterator[Row | Rejected]:
+    """Rows of a source, each either a Row to import or the reason it was rejected."""
+    fmt = source_format(source)
+    if fmt in ("csv", "jsonl", "parquet") and not Path(source).is_file():
+        raise SourceError(f"no file at {source}")
+    records = {
+        "csv": _csv_records, "jsonl": _jsonl_records, "parquet": _parquet_records,
+        "dataframe": _dataframe_records, "dataset": _dataset_records,
+        "hf": lambda s: _dataset_records(load_hf_dataset(s, split)),
+    }[fmt](source)
+    columns = next(records)  # every reader yields its column names first (None when rows may differ)
+    if columns is not None:
+        for needed, flag in ((text_field, "the text field"), (id_field, "the id field")):
+            if needed is not None and needed not in columns:
+                raise SourceError(f"{source}: no column {needed!r} for {flag}; its columns are "
+                                   f"{', '.join(map(str, columns))}")
+        for name in context_fields or ():
+            if name not in columns:
+                raise SourceError(f"{source}: no context column {name!r}; its columns are "
+                                   f"{', '.join(map(str, columns))}")
+    for line, record in records:
+        if isinstance(record, Rejected):
+            yield record
+            continue
+        yield _row(line, record, text_field, id_field, context_fields)
+
+
+def _row(line: int, record: Any, text_field: str, id_field: str | None,
+         context_fields: Sequence[str] | None) -> Row | Rejected:
+    if not isinstance(record, dict):
+        return Rejected(line, "not an object with named fields")
+    text = record.get(text_field)
+    if text is None or (isinstance(text, float) and text != text):  # None or NaN
+        return Rejected(line, f"missing text field {text_field!r}")
+    if isinstance(text, (dict, list)):
+        return Rejected(line, f"text field {text_field!r} holds {type(text).__name__}, not text")
+    text = str(text)
+    if not text.strip():
+        return Rejected(line, f"empty text in field {text_field!r}")
+    if _undecodable(text):
+        return Rejected(line, "bytes that are not UTF-8")
+    external = record.get(id_field) if id_field else None
+    external = None if external is None or str(external).strip() == "" else str(external)
+    names = context_fields if context_fields is not None else [k for k in record if k not in (text_field, id_field)]
+    fields = {name: _plain(record.get(name)) for name in names}
+    if any(isinstance(v, str) and _undecodable(v) for v in fields.values()):
+        return Rejected(line, "bytes that are not UTF-8")
+    return Row(line, text, external, fields)
+
+
+def _plain(value: Any) -> Any:
+    """A value as JSON can hold it: NaN and numpy scalars become None and Python numbers."""
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
+        try:
+            return value.item()
+        except (ValueError, AttributeError):
+            pass
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (str, int, float, bool, list, dict)):
+        return value
+    return str(value)
+
+
+def _undecodable(text: str) -> bool:
+    return any("\udc80" <= c <= "\udcff" for c in text)
+
+
+def _csv_records(path: Any) -> Iterator[Any]:
+    csv.field_size_limit(min(sys.maxsize, 2 ** 31 - 1))
+    # surrogateescape keeps reading past bytes that are not UTF-8, so the row holding them can be named
+    with open(path, newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
+        reader = csv.reader(f)
+        try:
+            header = next(reader)
+        except StopIteration:
+            yield []
+            return
+        yield header
+        start = reader.line_num + 1
+        for values in reader:
+            line = start
+            start = reader.line_num + 1
+            if not values:
+                continue
+            if len(values) != len(header):
+                yield line, Rejected(line, f"{len(values)} fields where the header has {len(header)}")
+                continue
+            yield line, dict(zip(header, values))
+
+
+def _jsonl_records(path: Any) -> Iterator[Any]:
+    yield None  # each line names its own fields
+    with open(path, "rb") as f:
+        for line, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                yield line, Rejected(line, "bytes that are not UTF-8")
+                continue
+            try:
+                yield line, json.loads(text)
+            except ValueError as exc:
+                yield line, Rejected(line, f"not valid JSON ({exc.msg})")
+
+
+def _parquet_records(path: Any) -> Iterator[Any]:
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(path)
+    yield f.schema_arrow.names
+    row = 0
+    for batch in f.iter_batches(batch_size=SLICE_ROWS):
+        for record in batch.to_pylist():
+            row += 1
+            yield row, record
+
+
+def _dataframe_records(frame: Any) -> Iterator[Any]:
+    yield [str(c) for c in frame.columns]
+    for start in range(0, len(frame), SLICE_ROWS):
+        for offset, record in enumerate(frame.iloc[start:start + SLICE_ROWS].to_dict("records")):
+            yield start + offset + 1, {str(k): v for k, v in record.items()}
+
+
+def _dataset_records(dataset: Any) -> Iterator[Any]:
+    yield list(dataset.column_names)
+    row = 0
+    for batch in dataset.iter(batch_size=SLICE_ROWS):
+        names = list(batch)
+        for values in zip(*(batch[n] for n in names)):
+            row += 1
+            yield row, dict(zip(names, values))
+
+
+def load_hf_dataset(source: Any, split: str = "train") -> Any:
+    """A dataset folder written by save_to_disk, or a Hub name (tried only when the Hub answers)."""
+    import datasets
+
+    path = Path(str(source))
+    if path.is_dir():
+        try:
+            loaded = datasets.load_from_disk(str(path))
+        except (FileNotFoundError, ValueError) as exc:
+            raise SourceError(f"{source} is not a dataset folder written by save_to_disk: {exc}") from None
+    else:
+        from diffjev.models import hub_reachable
+
+        why = hub_reachable()
+        if why is not None:
+            raise SourceError(f"cannot load the dataset {source!r}: it is not a local folder and {why}")
+        try:
+            loaded = datasets.load_dataset(str(source))
+        except Exception as exc:  # the Hub client raises many types; the user needs the message
+            raise SourceError(f"cannot load the dataset {source!r}: {exc}") from None
+    if hasattr(loaded, "keys"):  # a DatasetDict
+        if split not in loaded:
+            raise SourceError(f"{source} has no split {split!r}; its splits are {', '.join(loaded.keys())}")
+        loaded = loaded[split]
+    return loaded
+
+
+# Writing ------------------------------------------------------------------------------------------------
+
+@contextmanager
+def atomic_path(target: str | os.PathLike, directory: bool = False) -> Iterator[Path]:
+    """A temporary path beside `target`, moved onto it only when the block finishes without error."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if directory:
+        temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+    else:
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+        os.close(fd)
+        temp = Path(name)
+    try:
+        yield temp
+        if directory:
+            backup = None
+            if target.exists():
+                backup = target.with_name(f".{target.name}.old-{os.getpid()}")
+                os.replace(target, backup)
+            os.replace(temp, target)
+            if backup is not None:
+                shutil.rmtree(backup, ignore_errors=True)
+        else:
+            with open(temp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(temp, target)
+    finally:
+        if temp.exists():
+            shutil.rmtree(temp, ignore_errors=True) if temp.is_dir() else temp.unlink()
+
+
+def flat_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A record for CSV: nested values as JSON text."""
+    return {k: json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v for k, v in record.items()}
+
+
+def write_export(batches: Iterable[list[dict[str, Any]]], target: str | os.PathLike, fmt: str,
+                 columns: Sequence[str], arrow_schema: Any = None,
+                 on_batch: Callable[[int], None] | None = None) -> int:
+    """Write record batches to `target` atomically; returns the number of records."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    count = 0
+    with atomic_path(target, directory=fmt == "hf") as temp:
+        if fmt == "jsonl":
+            with open(temp, "w", encoding="utf-8") as f:
+                for batch in batches:
+                    f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in batch)
+                    count += len(batch)
+                    on_batch and on_batch(count)
+        elif fmt == "csv":
+            with open(temp, "w", encoding="utf-8", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=list(columns))
+                writer.writeheader()
+                for batch in batches:
+                    writer.writerows(flat_record(r) for r in batch)
+                    count += len(batch)
+                    on_batch and on_batch(count)
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            parquet = temp if fmt == "parquet" else temp / "data.parquet"
+            # Nested values bound for a text column (free-form context fields) go in as JSON text.
+            as_json = [f.name for f in arrow_schema if pa.types.is_string(f.type)]
+            with pq.ParquetWriter(parquet, arrow_schema) as writer:
+                for batch in batches:
+                    for record in batch:
+                        for name in as_json:
+                            if isinstance(record.get(name), (dict, list)):
+                                record[name] = json.dumps(record[name], ensure_ascii=False)
+                    writer.write_table(pa.Table.from_pylist(batch, schema=arrow_schema))
+                    count += len(batch)
+                    on_batch and on_batch(count)
+            if fmt == "hf":
+                import datasets
+
+                dataset = datasets.Dataset.from_parquet(str(parquet), cache_dir=str(temp / ".cache"))
+                dataset.save_to_disk(str(temp / "dataset"))
+                del dataset
+                shutil.rmtree(temp / ".cache", ignore_errors=True)
+                parquet.unlink()
+                for child in (temp / "dataset").iterdir():
+                    os.replace(child, temp / child.name)
+                (temp / "dataset").rmdir()
+    return count

@@ -1,0 +1,205 @@
+"""The tables, in SQLAlchemy 2.0's typed declarative style. Alembic owns their creation
+(`diffjev/storage/migrations`); a test checks that the two never drift apart.
+
+A question row is one version of one question: saving a schema reuses the rows of questions that did
+not change and adds rows for those that did, so an answer stays attached to the exact question it
+answered, and a changed question is asked again.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, MetaData, String, Text, \
+    UniqueConstraint, text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+# Stable constraint names, so migrations can refer to them on every database.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+Timestamp = DateTime(timezone=True)
+
+
+class Project(Base):
+    __tablename__ = "projects"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    text_field: Mapped[str] = mapped_column(String(200), default="text")
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    versions: Mapped[list["SchemaVersion"]] = relationship(back_populates="project", order_by="SchemaVersion.version")
+
+
+class Question(Base):
+    """One version of one question: its key (the question id in the schema) and full spec."""
+
+    __tablename__ = "questions"
+    __table_args__ = (UniqueConstraint("project_id", "key", "spec_hash"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(20))
+    spec: Mapped[dict[str, Any]]
+    spec_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+
+
+class SchemaVersion(Base):
+    __tablename__ = "schema_versions"
+    __table_args__ = (UniqueConstraint("project_id", "version"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    version: Mapped[int]
+    schema: Mapped[dict[str, Any]]  # the whole schema, as Schema.to_dict() writes it
+    template_hash: Mapped[str] = mapped_column(String(64))
+    created_by: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    project: Mapped[Project] = relationship(back_populates="versions")
+    members: Mapped[list["SchemaQuestion"]] = relationship(order_by="SchemaQuestion.position",
+                                                           cascade="all, delete-orphan")
+
+
+class SchemaQuestion(Base):
+    __tablename__ = "schema_questions"
+    schema_version_id: Mapped[int] = mapped_column(ForeignKey("schema_versions.id", ondelete="CASCADE"),
+                                                   primary_key=True)
+    question_id: Mapped[int] = mapped_column(ForeignKey("questions.id"), primary_key=True)
+    position: Mapped[int]
+    question: Mapped[Question] = relationship()
+
+
+class Item(Base):
+    __tablename__ = "items"
+    __table_args__ = (
+        UniqueConstraint("project_id", "external_id"),
+        # Items without an external id are told apart by their content. A partial index: the same
+        # statement on SQLite and PostgreSQL.
+        Index("uq_items_project_id_content_hash_no_external_id", "project_id", "content_hash", unique=True,
+              sqlite_where=text("external_id IS NULL"), postgresql_where=text("external_id IS NULL")),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
+    external_id: Mapped[str | None] = mapped_column(String(500))
+    content_hash: Mapped[str] = mapped_column(String(64))
+    text: Mapped[str] = mapped_column(Text)
+    fields: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
+    schema_version_id: Mapped[int] = mapped_column(ForeignKey("schema_versions.id"))
+    engine: Mapped[str] = mapped_column(String(100))
+    model_name: Mapped[str] = mapped_column(String(500))
+    model_version: Mapped[str | None] = mapped_column(String(200))
+    template_hash: Mapped[str] = mapped_column(String(64))
+    params: Mapped[dict[str, Any]]
+    status: Mapped[str] = mapped_column(String(20), default="running")  # running, completed, cancelled, failed
+    started_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(Timestamp)
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class ItemRead(Base):
+    """One item's read in one run: its diagnostics, or why it failed."""
+
+    __tablename__ = "item_reads"
+    __table_args__ = (UniqueConstraint("run_id", "item_id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    item_id: Mapped[int] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), index=True)
+    status: Mapped[str] = mapped_column(String(10))  # ok, failed
+    attempts: Mapped[int] = mapped_column(default=1)
+    error: Mapped[str | None] = mapped_column(Text)
+    latency_ms: Mapped[float | None]
+    diagnostics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+
+
+class Suggestion(Base):
+    """The model's answer to one question for one item under one run, with its whole distribution."""
+
+    __tablename__ = "suggestions"
+    __table_args__ = (
+        UniqueConstraint("item_id", "question_id", "run_id"),
+        # The queues: the next open item by least confidence, margin or entropy, for one question and run.
+        # Partial on `is_open` so answered items cost nothing to skip.
+        Index("ix_suggestions_queue_confidence", "run_id", "question_id", "confidence",
+              sqlite_where=text("is_open"), postgresql_where=text("is_open")),
+        Index("ix_suggestions_queue_margin", "run_id", "question_id", "margin",
+              sqlite_where=text("is_open"), postgresql_where=text("is_open")),
+        Index("ix_suggestions_queue_entropy", "run_id", "question_id", "entropy",
+              sqlite_where=text("is_open"), postgresql_where=text("is_open")),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
+    item_id: Mapped[int] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), index=True)
+    question_id: Mapped[int] = mapped_column(ForeignKey("questions.id"))
+    answer: Mapped[str] = mapped_column(String(500))
+    distribution: Mapped[dict[str, Any]]  # answer name -> probability, in answer order
+    confidence: Mapped[float]
+    full_vocab_confidence: Mapped[float]
+    entropy: Mapped[float]
+    margin: Mapped[float]
+    label_mass: Mapped[float]
+    stderr: Mapped[float | None]
+    agreement: Mapped[float | None]
+    draws: Mapped[int]
+    value: Mapped[float | None]  # P(yes), or the expected score level
+    latency_ms: Mapped[float | None]
+    # True while no human has submitted an answer to this item and question; kept by the repository in
+    # the same transaction as the response, so the queue indexes only hold open work.
+    is_open: Mapped[bool] = mapped_column(Boolean, default=True, server_default=text("true"))
+
+
+class Response(Base):
+    """A human's answer to one question for one item."""
+
+    __tablename__ = "responses"
+    __table_args__ = (UniqueConstraint("item_id", "question_id", "annotator"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    item_id: Mapped[int] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"))
+    question_id: Mapped[int] = mapped_column(ForeignKey("questions.id"), index=True)
+    annotator: Mapped[str] = mapped_column(String(200), index=True)
+    value: Mapped[str | None] = mapped_column(String(500))  # the answer name; None when skipped
+    source: Mapped[str] = mapped_column(String(20))  # accepted, corrected, manual
+    suggestion_id: Mapped[int | None] = mapped_column(ForeignKey("suggestions.id", ondelete="SET NULL"))
+    suggestion_shown: Mapped[bool] = mapped_column(Boolean, default=False)
+    seconds: Mapped[float | None]
+    status: Mapped[str] = mapped_column(String(20))  # submitted, skipped, draft
+    revision: Mapped[int] = mapped_column(Integer, default=1)  # bumped on every change: guards stale writes
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+
+
+class Event(Base):
+    """Append-only: who did what, and when. The audit trail and the source of undo."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_project_id_actor_id", "project_id", "actor", "id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    actor: Mapped[str] = mapped_column(String(200))
+    project_id: Mapped[int | None] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(50))
+    item_id: Mapped[int | None]
+    question_id: Mapped[int | None]
+    payload: Mapped[dict[str, Any]]

@@ -1,0 +1,332 @@
+"""Every query diffjev makes, in one place. Functions take a Session (one unit of work) and plain values."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from diffjev.decide import Decision
+from diffjev.schema import Schema, question_to_dict
+from diffjev.storage.models import Event, Item, ItemRead, Project, Question, Response, Run, SchemaQuestion, \
+    SchemaVersion, Suggestion, utcnow
+
+QUEUE_ORDER = {
+    "least_confidence": Suggestion.confidence.asc(),
+    "margin": Suggestion.margin.asc(),
+    "entropy": Suggestion.entropy.desc(),
+}
+
+
+class NotFound(LookupError):
+    """A project, run or item that does not exist; the message names it."""
+
+
+def stable_hash(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def log(session: Session, actor: str, kind: str, project_id: int | None, item_id: int | None = None,
+        question_id: int | None = None, **payload: Any) -> None:
+    session.execute(insert(Event).values(actor=actor, kind=kind, project_id=project_id, item_id=item_id,
+                                         question_id=question_id, payload=payload, at=utcnow()))
+
+
+# Projects and schemas ---------------------------------------------------------------------------------
+
+def get_project(session: Session, name: str) -> Project:
+    project = session.scalar(select(Project).where(Project.name == name))
+    if project is None:
+        names = session.scalars(select(Project.name).order_by(Project.name)).all()
+        raise NotFound(f"no project named {name!r}; the projects are: {', '.join(names) or 'none yet'}"
+                       + ("" if names else " (create one with `diffjev init`)"))
+    return project
+
+
+def create_project(session: Session, name: str, schema: Schema, actor: str, text_field: str = "text") -> Project:
+    if session.scalar(select(Project.id).where(Project.name == name)) is not None:
+        raise ValueError(f"a project named {name!r} already exists; pick another name, or save a new schema "
+                         f"version to it")
+    project = Project(name=name, text_field=text_field)
+    session.add(project)
+    session.flush()
+    save_schema(session, project, schema, actor)
+    log(session, actor, "project.created", project.id, name=name)
+    return project
+
+
+def save_schema(session: Session, project: Project, schema: Schema, actor: str) -> SchemaVersion:
+    """A new schema version, unless nothing changed. Unchanged questions keep their rows (and answers)."""
+    current = latest_version(session, project.id)
+    if current is not None and current.schema == schema.to_dict():
+        return current
+    version = SchemaVersion(project_id=project.id, version=(current.version + 1) if current else 1,
+                            schema=schema.to_dict(), template_hash=stable_hash(schema.template.text),
+                            created_by=actor)
+    session.add(version)
+    for position, q in enumerate(schema.questions):
+        spec = question_to_dict(q)
+        spec_hash = stable_hash(spec)
+        row = session.scalar(select(Question).where(Question.project_id == project.id, Question.key == q.id,
+                                                    Question.spec_hash == spec_hash))
+        if row is None:
+            row = Question(project_id=project.id, key=q.id, kind=q.kind, spec=spec, spec_hash=spec_hash)
+            session.add(row)
+            session.flush()
+        version.members.append(SchemaQuestion(question_id=row.id, position=position))
+    session.flush()
+    log(session, actor, "schema.saved", project.id, version=version.version)
+    return version
+
+
+def latest_version(session: Session, project_id: int) -> SchemaVersion | None:
+    return session.scalar(select(SchemaVersion).where(SchemaVersion.project_id == project_id)
+                          .order_by(SchemaVersion.version.desc()).limit(1))
+
+
+def version_schema(version: SchemaVersion) -> tuple[Schema, dict[str, int]]:
+    """The Schema of a stored version, and each question key's row id."""
+    return Schema.from_dict(version.schema), {m.question.key: m.question_id for m in version.members}
+
+
+# Items ------------------------------------------------------------------------------------------------
+
+def existing_keys(session: Session, project_id: int, external_ids: Sequence[str],
+                  content_hashes: Sequence[str]) -> tuple[set[str], set[str]]:
+    """Which of these external ids, and content hashes of items without one, are stored already."""
+    ids = set(session.scalars(select(Item.external_id).where(
+        Item.project_id == project_id, Item.external_id.in_(external_ids)))) if external_ids else set()
+    hashes = set(session.scalars(select(Item.content_hash).where(
+        Item.project_id == project_id, Item.external_id.is_(None), Item.content_hash.in_(content_hashes)))) \
+        if content_hashes else set()
+    return ids, hashes
+
+
+def insert_items(session: Session, project_id: int, rows: Sequence[dict[str, Any]]) -> None:
+    if rows:
+        now = utcnow()
+        session.execute(insert(Item), [{**r, "project_id": project_id, "created_at": now} for r in rows])
+
+
+def count_items(session: Session, project_id: int) -> int:
+    return session.scalar(select(func.count()).select_from(Item).where(Item.project_id == project_id)) or 0
+
+
+# Runs and suggestions ---------------------------------------------------------------------------------
+
+def create_run(session: Session, project_id: int, version: SchemaVersion, engine: str, model_name: str,
+               model_version: str | None, params: dict[str, Any], actor: str) -> Run:
+    run = Run(project_id=project_id, schema_version_id=version.id, engine=engine, model_name=model_name,
+              model_version=model_version, template_hash=version.template_hash, params=params, status="running")
+    session.add(run)
+    session.flush()
+    log(session, actor, "run.started", project_id, run_id=run.id, engine=engine, model=model_name)
+    return run
+
+
+def get_run(session: Session, run_id: int) -> Run:
+    run = session.get(Run, run_id)
+    if run is None:
+        raise NotFound(f"no run with id {run_id}")
+    return run
+
+
+def latest_run(session: Session, project_id: int, unfinished_only: bool = False) -> Run | None:
+    query = select(Run).where(Run.project_id == project_id)
+    if unfinished_only:
+        query = query.where(Run.status.in_(("running", "cancelled", "interrupted")))
+    return session.scalar(query.order_by(Run.id.desc()).limit(1))
+
+
+def pending_item_ids(session: Session, project_id: int, run_id: int, after_id: int, limit: int,
+                     only_unlabeled: bool = False) -> list[int]:
+    """Items this run has no successful read of yet, in id order, after `after_id`."""
+    done = select(ItemRead.id).where(ItemRead.run_id == run_id, ItemRead.item_id == Item.id, ItemRead.status == "ok")
+    query = select(Item.id).where(Item.project_id == project_id, Item.id > after_id, ~done.exists())
+    if only_unlabeled:
+        answered = select(Response.id).where(Response.item_id == Item.id, Response.status == "submitted")
+        query = query.where(~answered.exists())
+    return list(session.scalars(query.order_by(Item.id).limit(limit)))
+
+
+def count_pending(session: Session, project_id: int, run_id: int, only_unlabeled: bool = False) -> int:
+    done = select(ItemRead.id).where(ItemRead.run_id == run_id, ItemRead.item_id == Item.id, ItemRead.status == "ok")
+    query = select(func.count()).select_from(Item).where(Item.project_id == project_id, ~done.exists())
+    if only_unlabeled:
+        answered = select(Response.id).where(Response.item_id == Item.id, Response.status == "submitted")
+        query = query.where(~answered.exists())
+    return session.scalar(query) or 0
+
+
+def items_by_id(session: Session, ids: Sequence[int]) -> list[Item]:
+    by_id = {item.id: item for item in session.scalars(select(Item).where(Item.id.in_(ids)))}
+    return [by_id[i] for i in ids]
+
+
+def store_reads(session: Session, run_id: int, question_rows: dict[str, int],
+                results: Sequence[tuple[int, Decision | None, str | None, int, float | None]]) -> None:
+    """One batch of reads, in the caller's transaction: per item, its read row and its suggestions.
+
+    `results` holds (item id, decision or None, error or None, attempts, latency ms). A failed read of
+    an earlier attempt at this run is replaced.
+    """
+    item_ids = [r[0] for r in results]
+    session.execute(delete(ItemRead).where(ItemRead.run_id == run_id, ItemRead.item_id.in_(item_ids)))
+    answered = answered_pairs(session, item_ids, list(question_rows.values()))
+    now = utcnow()
+    reads, suggestions = [], []
+    for item_id, decision, error, attempts, latency in results:
+        reads.append({"run_id": run_id, "item_id": item_id, "status": "ok" if decision else "failed",
+                      "attempts": attempts, "error": error, "latency_ms": latency, "created_at": now,
+                      "diagnostics": decision.diagnostics if decision else None})
+        if decision is None:
+            continue
+        for key, answer in decision.answers.items():
+            qid = question_rows[key]
+            suggestions.append({
+                "run_id": run_id, "item_id": item_id, "question_id": qid, "answer": answer.answer,
+                "distribution": answer.probabilities, "confidence": answer.confidence,
+                "full_vocab_confidence": answer.full_vocab_confidence, "entropy": answer.entropy,
+                "margin": answer.margin, "label_mass": answer.label_mass, "stderr": answer.stderr,
+                "agreement": answer.agreement, "draws": answer.draws, "value": answer.value,
+                "latency_ms": latency, "is_open": (item_id, qid) not in answered})
+    session.execute(insert(ItemRead), reads)
+    if suggestions:
+        session.execute(insert(Suggestion), suggestions)
+
+
+def finish_run(session: Session, run_id: int, status: str, error: str | None, actor: str) -> None:
+    run = get_run(session, run_id)
+    run.status, run.error, run.finished_at = status, error, utcnow()
+    log(session, actor, f"run.{status}", run.project_id, run_id=run_id, error=error)
+
+
+def run_counts(session: Session, run_id: int) -> dict[str, int]:
+    rows = session.execute(select(ItemRead.status, func.count()).where(ItemRead.run_id == run_id)
+                           .group_by(ItemRead.status)).all()
+    return {status: n for status, n in rows}
+
+
+def failed_reads(session: Session, run_id: int, limit: int = 100) -> list[tuple[int, str | None, str]]:
+    """(item id, external id, error) of the run's failed items."""
+    rows = session.execute(select(Item.id, Item.external_id, ItemRead.error).join(Item, Item.id == ItemRead.item_id)
+                           .where(ItemRead.run_id == run_id, ItemRead.status == "failed")
+                           .order_by(Item.id).limit(limit)).all()
+    return [(i, e, err or "") for i, e, err in rows]
+
+
+# Queues -----------------------------------------------------------------------------------------------
+
+def next_in_queue(session: Session, run_id: int, question_id: int, strategy: str,
+                  exclude: Iterable[int] = ()) -> int | None:
+    """The next open item for one question of one run, by the strategy's order."""
+    if strategy not in QUEUE_ORDER:
+        raise ValueError(f"unknown queue {strategy!r}; choose one of {', '.join(QUEUE_ORDER)}")
+    query = select(Suggestion.item_id).where(Suggestion.run_id == run_id, Suggestion.question_id == question_id,
+                                             Suggestion.is_open)
+    exclude = list(exclude)
+    if exclude:
+        query = query.where(Suggestion.item_id.not_in(exclude))
+    return session.scalar(query.order_by(QUEUE_ORDER[strategy], Suggestion.item_id).limit(1))
+
+
+# Responses --------------------------------------------------------------------------------------------
+
+def answered_pairs(session: Session, item_ids: Sequence[int], question_ids: Sequence[int]) -> set[tuple[int, int]]:
+    rows = session.execute(select(Response.item_id, Response.question_id).where(
+        Response.item_id.in_(item_ids), Response.question_id.in_(question_ids), Response.status == "submitted"))
+    return {(i, q) for i, q in rows}
+
+
+def _refresh_open(session: Session, item_id: int, question_id: int) -> None:
+    answered = session.scalar(select(func.count()).select_from(Response).where(
+        Response.item_id == item_id, Response.question_id == question_id, Response.status == "submitted")) or 0
+    session.execute(update(Suggestion).where(Suggestion.item_id == item_id, Suggestion.question_id == question_id)
+                    .values(is_open=answered == 0))
+
+
+@dataclass(frozen=True)
+class ResponseInput:
+    item_id: int
+    question_id: int
+    annotator: str
+    value: str | None
+    source: str  # accepted, corrected, manual
+    status: str = "submitted"  # submitted, skipped, draft
+    suggestion_id: int | None = None
+    suggestion_shown: bool = False
+    seconds: float | None = None
+
+
+SOURCES = ("accepted", "corrected", "manual")
+STATUSES = ("submitted", "skipped", "draft")
+
+
+def respond(session: Session, r: ResponseInput, expected_revision: int | None = None) -> Response:
+    """Store one answer (insert or update the annotator's own), log it, and keep the queue flag.
+
+    With `expected_revision`, an update only applies if the stored answer is still at that revision:
+    a stale write never overwrites a newer one (StaleWrite is raised instead)."""
+    if r.source not in SOURCES or r.status not in STATUSES:
+        raise ValueError(f"source must be one of {SOURCES} and status one of {STATUSES}")
+    row = session.scalar(select(Response).where(Response.item_id == r.item_id, Response.question_id == r.question_id,
+                                                Response.annotator == r.annotator))
+    before = None
+    if row is None:
+        row = Response(item_id=r.item_id, question_id=r.question_id, annotator=r.annotator, revision=1)
+        session.add(row)
+    else:
+        if expected_revision is not None and row.revision != expected_revision:
+            raise StaleWrite(f"item {r.item_id}: the answer changed since it was loaded (revision {row.revision}, "
+                             f"expected {expected_revision}); reload the item")
+        before = {"value": row.value, "status": row.status, "source": row.source}
+        row.revision += 1
+    row.value, row.source, row.status = r.value, r.source, r.status
+    row.suggestion_id, row.suggestion_shown, row.seconds = r.suggestion_id, r.suggestion_shown, r.seconds
+    row.updated_at = utcnow()
+    session.flush()
+    project_id = session.scalar(select(Item.project_id).where(Item.id == r.item_id))
+    log(session, r.annotator, f"response.{r.status}", project_id, r.item_id, r.question_id, response_id=row.id,
+        value=r.value, source=r.source, before=before, revision=row.revision)
+    _refresh_open(session, r.item_id, r.question_id)
+    return row
+
+
+class StaleWrite(RuntimeError):
+    """An answer was changed by someone else after it was loaded."""
+
+
+# Export -----------------------------------------------------------------------------------------------
+
+def item_page(session: Session, project_id: int, after_id: int, limit: int) -> list[Item]:
+    return list(session.scalars(select(Item).where(Item.project_id == project_id, Item.id > after_id)
+                                .order_by(Item.id).limit(limit)))
+
+
+def responses_for(session: Session, item_ids: Sequence[int], question_ids: Sequence[int],
+                  annotator: str | None = None) -> list[Response]:
+    query = select(Response).where(Response.item_id.in_(item_ids), Response.question_id.in_(question_ids),
+                                   Response.status == "submitted")
+    if annotator is not None:
+        query = query.where(Response.annotator == annotator)
+    return list(session.scalars(query.order_by(Response.updated_at)))
+
+
+def suggestions_for(session: Session, run_id: int, item_ids: Sequence[int]) -> list[Suggestion]:
+    return list(session.scalars(select(Suggestion).where(Suggestion.run_id == run_id, Suggestion.item_id.in_(item_ids))))
+
+
+def project_stats(session: Session, project_id: int) -> dict[str, Any]:
+    version = latest_version(session, project_id)
+    question_ids = [m.question_id for m in version.members] if version else []
+    answered = session.execute(select(Response.question_id, func.count(func.distinct(Response.item_id))).where(
+        Response.question_id.in_(question_ids), Response.status == "submitted").group_by(Response.question_id)).all()
+    runs = session.execute(select(Run.id, Run.engine, Run.model_name, Run.status, Run.started_at)
+                           .where(Run.project_id == project_id).order_by(Run.id)).all()
+    return {"items": count_items(session, project_id), "schema_version": version.version if version else None,
+            "answered": {q: n for q, n in answered}, "runs": [dict(r._mapping) for r in runs]}
+
