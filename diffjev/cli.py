@@ -1,10 +1,14 @@
-"""`diffjev ...`: the command line.
+"""`diffjev ...`: the command line. Every command has --help; a user error ends with one clear line and
+exit status 2, never a traceback.
 
-- `diffjev read --schema schema.json [--engine auto|vllm|jev|transformers|autoregressive] [STATE ...]`
-  reads each STATE (or each line of stdin; a line that is JSON is read as JSON) and prints one JSON
-  decision per line.
-- `diffjev serve-model [--model PATH | --tiny] [--port 8000]` serves a transformers diffusion model
-  behind vLLM's wire format (chat completions with structured reads, and `/v1/systemone`).
+  diffjev init --project tickets --schema schema.json [--text-field text]
+  diffjev import --project tickets items.csv [--text-field body] [--id-field id] [--context a,b]
+  diffjev prelabel --project tickets [--engine auto|vllm|transformers|autoregressive] [--resume [RUN]]
+  diffjev export --project tickets --format parquet --out labeled.parquet [--run N] [--annotator A] [--all]
+  diffjev stats --project tickets
+  diffjev read --schema schema.json "some text" ...          (no database: print decisions as JSON lines)
+  diffjev serve-model --model google/diffusiongemma-26B-A4B-it   (vllm serve with the structured-read flags)
+  diffjev serve-model --backend transformers --tiny           (vLLM's wire format on a CPU, in-process)
 """
 
 from __future__ import annotations
@@ -12,13 +16,25 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
+import shlex
+import shutil
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
 from diffjev.engines.auto import ENGINE_CHOICES, EngineChoice, choose_engine
 from diffjev.engines.base import EngineError
-from diffjev.schema import Schema, SchemaError
+from diffjev.errors import SchemaError
+from diffjev.models import ModelLoadError
+
+DEFAULT_CANVAS = 64
+
+
+class UserError(Exception):
+    """Bad input from the command line: printed as one line."""
 
 
 def _states(args_states: list[str]) -> Iterator[Any]:
@@ -32,33 +48,157 @@ def _states(args_states: list[str]) -> Iterator[Any]:
             yield line
 
 
-def _load_schema(path: str) -> Schema:
+def _load_schema(path: str):
+    from diffjev.schema import Schema
+
     try:
         return Schema.from_dict(json.loads(Path(path).read_text()))
     except OSError as exc:
-        raise SystemExit(f"diffjev: cannot read the schema file {path}: {exc.strerror}") from None
+        raise UserError(f"cannot read the schema file {path}: {exc.strerror}") from None
     except ValueError as exc:  # JSON errors and SchemaError alike
-        raise SystemExit(f"diffjev: {path}: {exc}") from None
+        raise UserError(f"{path}: {exc}") from None
+
+
+def _engine(args: argparse.Namespace):
+    chosen = choose_engine(EngineChoice(kind=args.engine, url=args.url, model=args.model, tokenizer=args.tokenizer,
+                                        canvas_length=args.canvas))
+    print(f"# engine: {chosen.description}", file=sys.stderr)
+    return chosen.engine
+
+
+def _db(args: argparse.Namespace):
+    from diffjev.storage.db import Database
+
+    return Database(args.db)
 
 
 def cmd_read(args: argparse.Namespace) -> None:
     from diffjev.read import read_many
 
     schema = _load_schema(args.schema)
-    choice = EngineChoice(kind=args.engine, url=args.url, model=args.model, tokenizer=args.tokenizer,
-                          canvas_length=args.canvas)
+    engine = _engine(args)
+    states, to_read = itertools.tee(_states(args.states))
+    for state, decision in zip(states, read_many(schema, to_read, engine, seed=args.seed)):
+        out = {"state": state, "answers": {q: a.to_dict() for q, a in decision.answers.items()}}
+        print(json.dumps(out, ensure_ascii=False), flush=True)
+
+
+def cmd_init(args: argparse.Namespace) -> None:
+    from diffjev.storage import repo
+
+    schema = _load_schema(args.schema)
+    db = _db(args)
+    with db.session() as session:
+        repo.create_project(session, args.project, schema, args.user, text_field=args.text_field)
+    print(f"created project {args.project!r} with {len(schema.questions)} questions in {db.url}")
+
+
+def cmd_import(args: argparse.Namespace) -> None:
+    from diffjev.services.importing import import_items
+
+    context = [c for c in args.context.split(",") if c] if args.context is not None else None
+    report = import_items(_db(args), args.project, args.source, text_field=args.text_field, id_field=args.id_field,
+                          context_fields=context, split=args.split, actor=args.user)
+    print(report.summary())
+
+
+def cmd_prelabel(args: argparse.Namespace) -> None:
+    from tqdm import tqdm
+
+    from diffjev.services.prelabel import prelabel
+    from diffjev.storage import repo
+
+    db = _db(args)
+    run_id = None
+    if args.resume is not None:
+        with db.read() as session:
+            project = repo.get_project(session, args.project)
+            if args.resume == "latest":
+                run = repo.latest_run(session, project.id, unfinished_only=True)
+                if run is None:
+                    raise UserError(f"project {args.project!r} has no unfinished run to resume")
+                run_id = run.id
+            else:
+                run_id = int(args.resume)
+    engine = _engine(args)
+    cancel = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: cancel.set())  # Ctrl-C: finish the batch, then stop cleanly
+    bar = tqdm(unit="item", file=sys.stderr)
+
+    def progress(p) -> None:
+        bar.total = p.total
+        bar.update(p.done - bar.n)
+        bar.set_postfix(failed=p.failed)
+
     try:
-        chosen = choose_engine(choice)
-        print(f"# engine: {chosen.description}", file=sys.stderr)
-        states, to_read = itertools.tee(_states(args.states))
-        for state, decision in zip(states, read_many(schema, to_read, chosen.engine, seed=args.seed)):
-            out = {"state": state, "answers": {q: a.to_dict() for q, a in decision.answers.items()}}
-            print(json.dumps(out, ensure_ascii=False), flush=True)
-    except (EngineError, SchemaError) as exc:
-        raise SystemExit(f"diffjev: {exc}") from None
+        report = prelabel(db, args.project, engine, run_id=run_id, only_unlabeled=args.only_unlabeled,
+                          seed=args.seed, batch_items=args.batch, actor=args.user, progress=progress, cancel=cancel)
+    finally:
+        bar.close()
+        engine.close()
+    print(f"run {report.run_id} {report.status}: {report.read} read, {report.failed} failed, "
+          f"{report.seconds:.1f} s")
+    for item_id, external_id, error in report.failures[:20]:
+        print(f"  failed item {external_id or item_id}: {error}")
+    if report.status == "cancelled":
+        print(f"  resume with: diffjev prelabel --project {shlex.quote(args.project)} --resume {report.run_id}")
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    from diffjev.services.exporting import export_project
+
+    token = args.hf_token or os.environ.get("HF_TOKEN")
+    count = export_project(_db(args), args.project, args.out, args.format, run_id=args.run, annotator=args.annotator,
+                           reviewed_only=not args.all, actor=args.user, push_to_hub=args.push_to_hub, token=token)
+    print(f"wrote {count} items to {args.out}" + (f" and pushed to {args.push_to_hub}" if args.push_to_hub else ""))
+
+
+def cmd_stats(args: argparse.Namespace) -> None:
+    from diffjev.storage import repo
+
+    with _db(args).read() as session:
+        project = repo.get_project(session, args.project)
+        stats = repo.project_stats(session, project.id)
+        questions = {m.question_id: m.question.key for m in repo.latest_version(session, project.id).members}
+        for run in stats["runs"]:
+            run["counts"] = repo.run_counts(session, run["id"])
+    print(f"project {args.project}: {stats['items']} items, schema version {stats['schema_version']}")
+    for qid, key in questions.items():
+        print(f"  {key}: {stats['answered'].get(qid, 0)} answered")
+    for run in stats["runs"]:
+        print(f"  run {run['id']}: {run['engine']} {run['model_name']} {run['status']}, "
+              f"{run['counts'].get('ok', 0)} read, {run['counts'].get('failed', 0)} failed")
+
+
+def vllm_command(args: argparse.Namespace) -> list[str]:
+    """`vllm serve` with what structured reads need: the canvas, logprobs for the top-20 plus labels,
+    prefix caching (every read of a project shares its system prompt) and async scheduling (narrow
+    canvases below the served width)."""
+    command = ["vllm", "serve", args.model, "--port", str(args.port), "--host", args.host,
+               "--diffusion-config", json.dumps({"canvas_length": args.canvas}), "--max-logprobs", "32",
+               "--enable-prefix-caching", "--async-scheduling"]
+    if args.served_model_name:
+        command += ["--served-model-name", args.served_model_name]
+    return command
 
 
 def cmd_serve_model(args: argparse.Namespace) -> None:
+    if args.backend == "vllm":
+        if args.tiny or not args.model:
+            raise UserError("serve-model --backend vllm needs --model (a DiffusionGemma name or folder); "
+                            "--tiny runs with --backend transformers")
+        command = vllm_command(args)
+        if args.dry_run:
+            print(shlex.join(command))
+            return
+        if shutil.which("vllm") is None:
+            raise UserError("vllm is not installed here. On a GPU host: pip install 'diffjev[vllm]'; on a CPU, "
+                            "serve the model in-process with --backend transformers")
+        os.execvp(command[0], command)
+    _serve_transformers(args)
+
+
+def _serve_transformers(args: argparse.Namespace) -> None:
     import uvicorn
 
     from diffjev.engines.transformers import TransformersEngine
@@ -74,41 +214,104 @@ def cmd_serve_model(args: argparse.Namespace) -> None:
         engine = TransformersEngine(args.model, args.tokenizer, canvas_length=args.canvas)
         name = args.served_model_name or args.model
     else:
-        raise SystemExit("diffjev serve-model: give --model PATH_OR_NAME, or --tiny for a random-weight test model")
+        raise UserError("give --model PATH_OR_NAME, or --tiny for a random-weight test model")
     app = create_app(engine, name, canvas_length=args.canvas, service_latency_s=args.service_latency_ms / 1000)
     print(f"# serving {name} on http://{args.host}:{args.port} (vLLM wire format)", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 
+def _engine_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", default="auto", choices=ENGINE_CHOICES,
+                   help="auto: a vLLM server if DIFFJEV_VLLM_URL is set, else DIFFJEV_MODEL in-process, "
+                        "else the offline autoregressive fallback")
+    p.add_argument("--url", help="server URL for the vllm and jev engines (default: $DIFFJEV_VLLM_URL)")
+    p.add_argument("--model", help="served model name (vllm, jev; default $DIFFJEV_VLLM_MODEL) or a folder / "
+                                   "Hub name (transformers, autoregressive; default $DIFFJEV_MODEL)")
+    p.add_argument("--tokenizer", help="tokenizer folder or Hub name, when it differs from the model")
+    p.add_argument("--canvas", type=int, default=DEFAULT_CANVAS, help="the served canvas width (default 64)")
+    p.add_argument("--seed", type=int, default=42, help="noise seed (default 42)")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="diffjev", description="Structured reads for model-assisted labeling.",
+                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    sub = top.add_subparsers(dest="command", required=True)
+
+    def command(name: str, func, help: str, db: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        if db:
+            p.add_argument("--db", help="database file or SQLAlchemy URL (default: $DIFFJEV_DB, else ./diffjev.db)")
+            p.add_argument("--user", default=os.environ.get("USER", "cli"), help="who is acting, for the audit log")
+        p.set_defaults(func=func)
+        return p
+
+    p = command("init", cmd_init, "create a project from a schema JSON file")
+    p.add_argument("--project", required=True)
+    p.add_argument("--schema", required=True, help="a schema JSON file")
+    p.add_argument("--text-field", default="text", help="the column that holds the text (default: text)")
+
+    p = command("import", cmd_import, "import items from CSV, JSONL, Parquet or a Hugging Face dataset")
+    p.add_argument("--project", required=True)
+    p.add_argument("source", help="a .csv/.jsonl/.parquet file, a save_to_disk folder, or a Hub dataset name")
+    p.add_argument("--text-field", help="the column that holds the text (default: the project's)")
+    p.add_argument("--id-field", help="a column that identifies items; re-imports key on it (else on content)")
+    p.add_argument("--context", help="comma-separated columns to keep as context (default: all others)")
+    p.add_argument("--split", default="train", help="dataset split (default: train)")
+
+    p = command("prelabel", cmd_prelabel, "pre-label a project's items through an engine")
+    p.add_argument("--project", required=True)
+    _engine_flags(p)
+    p.add_argument("--resume", nargs="?", const="latest", help="continue a run: its id, or the latest unfinished")
+    p.add_argument("--only-unlabeled", action="store_true", help="skip items that already have a human answer")
+    p.add_argument("--batch", type=int, default=64, help="items per stored batch (default 64)")
+
+    p = command("export", cmd_export, "export the labeled set")
+    p.add_argument("--project", required=True)
+    p.add_argument("--format", required=True, choices=("jsonl", "csv", "parquet", "hf"))
+    p.add_argument("--out", required=True, help="the file (or folder, for hf) to write")
+    p.add_argument("--run", type=int, help="whose suggestions to include (default: the latest run)")
+    p.add_argument("--annotator", help="only this annotator's answers")
+    p.add_argument("--all", action="store_true", help="every item, not only those with a human answer")
+    p.add_argument("--push-to-hub", metavar="REPO", help="also push the hf export to this Hub dataset repo")
+    p.add_argument("--hf-token", help="Hub token for --push-to-hub (default: $HF_TOKEN)")
+
+    p = command("stats", cmd_stats, "counts of items, answers and runs")
+    p.add_argument("--project", required=True)
+
+    p = command("read", cmd_read, "read states with a schema and print one JSON decision per line", db=False)
+    p.add_argument("--schema", required=True, help="a schema JSON file")
+    _engine_flags(p)
+    p.add_argument("states", nargs="*", help="texts or JSON; default: one per line of stdin")
+
+    p = command("serve-model", cmd_serve_model, "serve a diffusion model for structured reads", db=False)
+    p.add_argument("--backend", choices=("vllm", "transformers"), default="vllm",
+                   help="vllm: exec `vllm serve` with the structured-read flags (needs vllm and a GPU); "
+                        "transformers: serve vLLM's wire format from an in-process model (CPU is fine)")
+    p.add_argument("--model", help="a DiffusionGemma (or, for transformers, masked-LM) folder or Hub name")
+    p.add_argument("--tokenizer")
+    p.add_argument("--tiny", action="store_true", help="a tiny random-weight DiffusionGemma (transformers backend)")
+    p.add_argument("--served-model-name")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--canvas", type=int, default=DEFAULT_CANVAS)
+    p.add_argument("--service-latency-ms", type=float, default=0.0,
+                   help="transformers backend: a fixed wait per request, standing in for a GPU in benchmarks")
+    p.add_argument("--dry-run", action="store_true", help="vllm backend: print the command instead of running it")
+    return top
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="diffjev", description="Structured reads for model-assisted labeling.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    from diffjev.io import SourceError
+    from diffjev.storage.repo import Conflict, NotFound, StaleWrite
 
-    r = sub.add_parser("read", help="read states with a schema and print one JSON decision per line")
-    r.add_argument("--schema", required=True, help="a schema JSON file")
-    r.add_argument("--engine", default="auto", choices=ENGINE_CHOICES)
-    r.add_argument("--url", help="server URL for the vllm and jev engines (default: $DIFFJEV_VLLM_URL)")
-    r.add_argument("--model", help="model name (vllm, jev) or folder / Hub name (transformers, autoregressive)")
-    r.add_argument("--tokenizer", help="tokenizer folder or Hub name, when it differs from the model")
-    r.add_argument("--canvas", type=int, default=64, help="the served canvas width (default 64)")
-    r.add_argument("--seed", type=int, default=42)
-    r.add_argument("states", nargs="*", help="texts or JSON; default: one per line of stdin")
-    r.set_defaults(func=cmd_read)
-
-    s = sub.add_parser("serve-model", help="serve a transformers diffusion model behind vLLM's wire format")
-    s.add_argument("--model", help="a DiffusionGemma or masked-LM folder or Hub name")
-    s.add_argument("--tokenizer")
-    s.add_argument("--tiny", action="store_true", help="a tiny random-weight DiffusionGemma (for tests and demos)")
-    s.add_argument("--served-model-name")
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8000)
-    s.add_argument("--canvas", type=int, default=64)
-    s.add_argument("--service-latency-ms", type=float, default=0.0,
-                   help="a fixed wait added to every request, to stand in for a GPU server in benchmarks")
-    s.set_defaults(func=cmd_serve_model)
-
-    args = parser.parse_args(argv)
-    args.func(args)
+    args = parser().parse_args(argv)
+    if getattr(args, "tiny", False) and args.backend == "vllm" and not args.model:
+        args.backend = "transformers"  # --tiny alone means the in-process server
+    try:
+        args.func(args)
+    except (UserError, SchemaError, EngineError, ModelLoadError, SourceError, NotFound, Conflict, StaleWrite) as exc:
+        print(f"diffjev {args.command}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -26,6 +26,10 @@ class NotFound(LookupError):
     """A project, run or item that does not exist; the message names it."""
 
 
+class Conflict(ValueError):
+    """A write that contradicts what is stored (a project name taken); the message says what to do."""
+
+
 def stable_hash(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
@@ -49,7 +53,7 @@ def get_project(session: Session, name: str) -> Project:
 
 def create_project(session: Session, name: str, schema: Schema, actor: str, text_field: str = "text") -> Project:
     if session.scalar(select(Project.id).where(Project.name == name)) is not None:
-        raise ValueError(f"a project named {name!r} already exists; pick another name, or save a new schema "
+        raise Conflict(f"a project named {name!r} already exists; pick another name, or save a new schema "
                          f"version to it")
     project = Project(name=name, text_field=text_field)
     session.add(project)
