@@ -94,3 +94,88 @@ def vllm_server(dgemma_engine):
 
     with LocalServer(create_app(dgemma_engine, SERVED_NAME, canvas_length=64)) as server:
         yield server
+
+
+# Databases ----------------------------------------------------------------------------------------------
+
+def _pg_binary(name: str) -> str:
+    import glob
+    import shutil as sh
+
+    found = sh.which(name) or next(iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None)
+    if found is None:
+        raise RuntimeError(f"PostgreSQL's {name} is not installed: apt-get install postgresql")
+    return found
+
+
+class LocalPostgres:
+    """A private PostgreSQL cluster in a temporary folder, on a free localhost port. As root it runs as
+    the `postgres` user, since PostgreSQL refuses to run as root."""
+
+    def __init__(self, folder):
+        import os
+
+        self.folder = folder
+        self.port = free_port()
+        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *cmd):
+        import subprocess
+
+        done = subprocess.run(self.as_user + list(cmd), capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed: {done.stdout}{done.stderr}")
+
+    def __enter__(self):
+        import os
+        import shutil as sh
+
+        data = self.folder / "data"
+        data.mkdir(parents=True)
+        if self.as_user:
+            sh.chown(self.folder, "postgres")
+            sh.chown(data, "postgres")
+        self._run(_pg_binary("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        self._run(_pg_binary("pg_ctl"), "-D", str(data), "-w", "-l", str(self.folder / "log"), "-o",
+                  f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+        self.data = data
+        return self
+
+    def __exit__(self, *exc):
+        self._run(_pg_binary("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    import os
+    import shutil as sh
+    import tempfile
+    from pathlib import Path
+
+    # Not under pytest's tmp folder: that one is private to this user, and the server runs as postgres.
+    folder = Path(tempfile.mkdtemp(prefix="diffjev-pg-"))
+    os.chmod(folder, 0o755)
+    try:
+        with LocalPostgres(folder) as pg:
+            yield pg
+    finally:
+        sh.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """A fresh, empty database: a SQLite file, or a new database on the private PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'test.db'}"
+    import uuid
+
+    import sqlalchemy as sa
+
+    pg = request.getfixturevalue("postgres")
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(pg.url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    admin.dispose()
+    return pg.url.rsplit("/", 1)[0] + f"/{name}"

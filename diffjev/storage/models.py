@@ -141,13 +141,15 @@ class Suggestion(Base):
     __table_args__ = (
         UniqueConstraint("item_id", "question_id", "run_id"),
         # The queues: the next open item by least confidence, margin or entropy, for one question and run.
-        # Partial on `is_open` so answered items cost nothing to skip.
+        # Partial on `is_open` so answered items cost nothing to skip. SQLite only uses a partial index
+        # when the query repeats its condition as written, and SQLAlchemy writes a boolean test there as
+        # `is_open = 1`; PostgreSQL has a real boolean. A test checks both plans use the index.
         Index("ix_suggestions_queue_confidence", "run_id", "question_id", "confidence",
-              sqlite_where=text("is_open"), postgresql_where=text("is_open")),
+              sqlite_where=text("is_open = 1"), postgresql_where=text("is_open")),
         Index("ix_suggestions_queue_margin", "run_id", "question_id", "margin",
-              sqlite_where=text("is_open"), postgresql_where=text("is_open")),
+              sqlite_where=text("is_open = 1"), postgresql_where=text("is_open")),
         Index("ix_suggestions_queue_entropy", "run_id", "question_id", "entropy",
-              sqlite_where=text("is_open"), postgresql_where=text("is_open")),
+              sqlite_where=text("is_open = 1"), postgresql_where=text("is_open")),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))

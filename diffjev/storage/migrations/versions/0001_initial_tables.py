@@ -152,9 +152,9 @@ def upgrade() -> None:
     )
     with op.batch_alter_table('suggestions', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_suggestions_item_id'), ['item_id'], unique=False)
-        batch_op.create_index('ix_suggestions_queue_confidence', ['run_id', 'question_id', 'confidence'], unique=False, sqlite_where=sa.text('is_open'), postgresql_where=sa.text('is_open'))
-        batch_op.create_index('ix_suggestions_queue_entropy', ['run_id', 'question_id', 'entropy'], unique=False, sqlite_where=sa.text('is_open'), postgresql_where=sa.text('is_open'))
-        batch_op.create_index('ix_suggestions_queue_margin', ['run_id', 'question_id', 'margin'], unique=False, sqlite_where=sa.text('is_open'), postgresql_where=sa.text('is_open'))
+        batch_op.create_index('ix_suggestions_queue_confidence', ['run_id', 'question_id', 'confidence'], unique=False, sqlite_where=sa.text('is_open = 1'), postgresql_where=sa.text('is_open'))
+        batch_op.create_index('ix_suggestions_queue_entropy', ['run_id', 'question_id', 'entropy'], unique=False, sqlite_where=sa.text('is_open = 1'), postgresql_where=sa.text('is_open'))
+        batch_op.create_index('ix_suggestions_queue_margin', ['run_id', 'question_id', 'margin'], unique=False, sqlite_where=sa.text('is_open = 1'), postgresql_where=sa.text('is_open'))
 
     op.create_table('responses',
     sa.Column('id', sa.Integer(), nullable=False),
@@ -191,9 +191,9 @@ def downgrade() -> None:
 
     op.drop_table('responses')
     with op.batch_alter_table('suggestions', schema=None) as batch_op:
-        batch_op.drop_index('ix_suggestions_queue_margin', sqlite_where=sa.text('is_open'), postgresql_where=sa.text('is_open'))
-        batch_op.drop_index('ix_suggestions_queue_entropy', sqlite_where=sa.text('is_open'), postgresql_where=sa.text('is_open'))
-        batch_op.drop_index('ix_suggestions_queue_confidence', sqlite_where=sa.text('is_open'), postgresql_where=sa.text('is_open'))
+        batch_op.drop_index('ix_suggestions_queue_margin', sqlite_where=sa.text('is_open = 1'), postgresql_where=sa.text('is_open'))
+        batch_op.drop_index('ix_suggestions_queue_entropy', sqlite_where=sa.text('is_open = 1'), postgresql_where=sa.text('is_open'))
+        batch_op.drop_index('ix_suggestions_queue_confidence', sqlite_where=sa.text('is_open = 1'), postgresql_where=sa.text('is_open'))
         batch_op.drop_index(batch_op.f('ix_suggestions_item_id'))
 
     op.drop_table('suggestions')
