@@ -80,6 +80,9 @@ def prelabel(db: Database, project_name: str, engine: Engine, *, run_id: int | N
         run = repo.get_run(session, run_id)
         if run.project_id != project.id:
             raise repo.NotFound(f"run {run_id} belongs to another project")
+        if (run.engine, run.model_name) != (engine.name, engine.model_name):
+            raise repo.Conflict(f"run {run_id} was made with {run.engine} {run.model_name}; resume it with that "
+                                f"engine and model, or start a new run")
         version = session.get(repo.SchemaVersion, run.schema_version_id)
         schema, question_rows = repo.version_schema(version)
         only_unlabeled, seed = run.params.get("only_unlabeled", False), run.params.get("seed", seed)

@@ -1,0 +1,108 @@
+"""Importing: every source kind, nothing twice, and every bad row reported with its line number."""
+
+import json
+
+import datasets
+import pandas as pd
+import pytest
+
+from diffjev import Schema
+from diffjev.io import SourceError, read_rows
+from diffjev.services.importing import import_items
+from diffjev.storage import repo
+from diffjev.storage.db import Database
+from conftest import TICKETS
+
+
+@pytest.fixture
+def db(tmp_path):
+    database = Database(tmp_path / "import.db")
+    with database.session() as session:
+        repo.create_project(session, "p", Schema.from_dict(TICKETS), "owner")
+    return database
+
+
+def count(db):
+    with db.read() as session:
+        return repo.count_items(session, repo.get_project(session, "p").id)
+
+
+def test_csv_reimport_adds_nothing_and_bad_rows_are_named_by_line(db, tmp_path):
+    path = tmp_path / "items.csv"
+    path.write_bytes(
+        b'id,text,plan\n'                                   # line 1
+        b'1,"Site is down",pro\n'                            # line 2
+        b'2,"A note\nover two lines",free\n'                 # lines 3-4
+        b'3,,pro\n'                                          # line 5: empty text
+        b'4,"Bad \xff\xfe bytes",pro\n'                      # line 6: not UTF-8
+        b'5,too,many,fields\n'                               # line 7
+        b'6,"Last one",team\n')                              # line 8
+    first = import_items(db, "p", path, id_field="id")
+    assert (first.imported, first.duplicates, first.rejected) == (3, 0, 3)
+    assert [(r.line, r.reason) for r in first.rejects] == [
+        (5, "empty text in field 'text'"), (6, "bytes that are not UTF-8"), (7, "4 fields where the header has 3")]
+    again = import_items(db, "p", path, id_field="id")
+    assert (again.imported, again.duplicates, again.rejected) == (0, 3, 3)
+    assert count(db) == 3
+
+
+def test_jsonl_without_ids_keys_on_content(db, tmp_path):
+    path = tmp_path / "items.jsonl"
+    path.write_bytes(b"\n".join([
+        json.dumps({"text": "same"}).encode(),                 # line 1
+        json.dumps({"text": "same"}).encode(),                 # line 2: a duplicate of line 1
+        b"{not json",                                          # line 3
+        b"\xff\xfe",                                           # line 4: not UTF-8
+        json.dumps({"body": "no text"}).encode(),              # line 5
+        json.dumps(["a list"]).encode(),                       # line 6
+        json.dumps({"text": "same", "lang": "fr"}).encode(),   # line 7: same text, other context
+    ]) + b"\n")
+    report = import_items(db, "p", path)
+    assert report.imported == 2  # "same" once, and "same" with other context fields
+    assert report.duplicates == 1
+    assert [r.line for r in report.rejects] == [3, 4, 5, 6]
+    assert "not valid JSON" in report.rejects[0].reason and "UTF-8" in report.rejects[1].reason
+    assert import_items(db, "p", path).imported == 0
+
+
+def test_parquet_dataframe_and_dataset_sources(db, tmp_path):
+    frame = pd.DataFrame({"text": ["a", "b", None, "c"], "n": [1, 2, 3, 4]})
+    frame.to_parquet(tmp_path / "items.parquet")
+    report = import_items(db, "p", tmp_path / "items.parquet", context_fields=["n"])
+    assert (report.imported, [r.line for r in report.rejects]) == (3, [3])
+    assert import_items(db, "p", frame).duplicates == 3  # the same rows from a DataFrame
+    datasets.Dataset.from_pandas(frame.assign(text=["d", "e", "f", "g"])).save_to_disk(str(tmp_path / "ds"))
+    assert import_items(db, "p", tmp_path / "ds").imported == 4
+    assert count(db) == 7
+    with db.read() as session:
+        stored = session.scalars(repo.select(repo.Item).order_by(repo.Item.id)).all()
+    assert [i.text for i in stored] == ["a", "b", "c", "d", "e", "f", "g"]
+    assert stored[0].fields == {"n": 1}
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda tmp: tmp / "missing.csv", "no file"),
+    (lambda tmp: (tmp / "x.txt").write_text("hi") and tmp / "x.txt", "use a .csv, .jsonl or .parquet"),
+    (lambda tmp: (tmp / "h.csv").write_text("body\nhello\n") and tmp / "h.csv", "no column 'text'"),
+    (lambda tmp: "someone/some-dataset", "not a local folder"),
+])
+def test_sources_that_cannot_be_imported_say_why_and_import_nothing(db, tmp_path, make, says):
+    with pytest.raises(SourceError, match=says):
+        import_items(db, "p", make(tmp_path))
+    assert count(db) == 0
+
+
+def test_large_files_stream_in_bounded_chunks(tmp_path):
+    path = tmp_path / "big.jsonl"
+    with open(path, "w") as f:
+        for i in range(50_000):
+            f.write(json.dumps({"text": f"item {i}"}) + "\n")
+    rows = read_rows(path)
+    first = next(rows)
+    assert first.line == 1 and first.text == "item 0"  # rows come before the file is read through
+    db = Database(tmp_path / "big.db")
+    with db.session() as session:
+        repo.create_project(session, "p", Schema.from_dict(TICKETS), "owner")
+    chunks = []
+    report = import_items(db, "p", path, chunk_rows=10_000, progress=lambda r: chunks.append(r.imported))
+    assert report.imported == 50_000 and chunks == [10_000, 20_000, 30_000, 40_000, 50_000]
