@@ -13,6 +13,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -20,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import orjson
 
 FORMATS = ("csv", "jsonl", "parquet", "hf")
 SLICE_ROWS = 10_000
@@ -38,8 +41,8 @@ class Row:
 
     @property
     def content_hash(self) -> str:
-        body = json.dumps([self.text, self.fields], sort_keys=True, ensure_ascii=False, default=str)
-        return hashlib.sha256(body.encode()).hexdigest()
+        body = orjson.dumps([self.text, self.fields], option=orjson.OPT_SORT_KEYS, default=str)
+        return hashlib.sha256(body).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -135,8 +138,12 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+# What surrogateescape leaves for each byte that is not UTF-8.
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+
+
 def _undecodable(text: str) -> bool:
-    return any("\udc80" <= c <= "\udcff" for c in text)
+    return _ESCAPED_BYTE.search(text) is not None
 
 
 def _csv_records(path: Any) -> Iterator[Any]:
@@ -267,48 +274,42 @@ def atomic_path(target: str | os.PathLike, directory: bool = False) -> Iterator[
             shutil.rmtree(temp, ignore_errors=True) if temp.is_dir() else temp.unlink()
 
 
-def flat_record(record: dict[str, Any]) -> dict[str, Any]:
-    """A record for CSV: nested values as JSON text."""
-    return {k: json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v for k, v in record.items()}
+def _as_cell(value: Any) -> Any:
+    """A CSV cell: nested values as JSON text."""
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else value
 
 
-def write_export(batches: Iterable[list[dict[str, Any]]], target: str | os.PathLike, fmt: str,
-                 columns: Sequence[str], arrow_schema: Any = None,
+def write_export(batches: Iterable[dict[str, list]], target: str | os.PathLike, fmt: str, arrow_schema: Any,
                  on_batch: Callable[[int], None] | None = None) -> int:
-    """Write record batches to `target` atomically; returns the number of records."""
+    """Write column batches ({column: values}, in `arrow_schema`'s column order) to `target` atomically;
+    returns the number of records. Columns, not records: a batch goes to Arrow with no per-row work."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    names = list(arrow_schema.names)
     count = 0
     with atomic_path(target, directory=fmt == "hf") as temp:
-        if fmt == "jsonl":
-            with open(temp, "w", encoding="utf-8") as f:
-                for batch in batches:
-                    f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in batch)
-                    count += len(batch)
-                    on_batch and on_batch(count)
-        elif fmt == "csv":
+        if fmt in ("jsonl", "csv"):
             with open(temp, "w", encoding="utf-8", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=list(columns))
-                writer.writeheader()
+                writer = csv.writer(f)
+                if fmt == "csv":
+                    writer.writerow(names)
                 for batch in batches:
-                    writer.writerows(flat_record(r) for r in batch)
-                    count += len(batch)
+                    rows = zip(*(batch[n] for n in names))
+                    if fmt == "jsonl":
+                        f.writelines(orjson.dumps(dict(zip(names, row))).decode() + "\n" for row in rows)
+                    else:
+                        writer.writerows([_as_cell(v) for v in row] for row in rows)
+                    count += len(batch[names[0]])
                     on_batch and on_batch(count)
         else:
             import pyarrow as pa
             import pyarrow.parquet as pq
 
             parquet = temp if fmt == "parquet" else temp / "data.parquet"
-            # Nested values bound for a text column (free-form context fields) go in as JSON text.
-            as_json = [f.name for f in arrow_schema if pa.types.is_string(f.type)]
             with pq.ParquetWriter(parquet, arrow_schema) as writer:
                 for batch in batches:
-                    for record in batch:
-                        for name in as_json:
-                            if isinstance(record.get(name), (dict, list)):
-                                record[name] = json.dumps(record[name], ensure_ascii=False)
-                    writer.write_table(pa.Table.from_pylist(batch, schema=arrow_schema))
-                    count += len(batch)
+                    writer.write_table(pa.Table.from_pydict(batch, schema=arrow_schema))
+                    count += len(batch[names[0]])
                     on_batch and on_batch(count)
             if fmt == "hf":
                 import datasets

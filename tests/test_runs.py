@@ -9,6 +9,7 @@ import threading
 import time
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 from sqlalchemy import func, select, text
 
@@ -183,10 +184,10 @@ def test_a_failed_export_leaves_no_file_and_keeps_the_last_good_one(tmp_path):
     target.write_text('{"ok": 1}\n')
 
     def batches():
-        yield [{"a": 1}]
+        yield {"a": [1, 2]}
         raise RuntimeError("disk went away")
 
     with pytest.raises(RuntimeError):
-        write_export(batches(), target, "jsonl", ["a"])
+        write_export(batches(), target, "jsonl", pa.schema([("a", pa.int64())]))
     assert target.read_text() == '{"ok": 1}\n'
     assert [p.name for p in tmp_path.iterdir()] == ["labels.jsonl"]

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Iterator
 
+import orjson
+
 from diffjev.io import SourceError, write_export
 from diffjev.storage import repo
 from diffjev.storage.db import Database
@@ -22,6 +24,7 @@ PAGE = 10_000
 
 
 def columns_and_schema(question_keys: list[str], names: dict[str, list[str]]) -> tuple[list[str], Any]:
+    """The export's column names and Arrow schema."""
     import pyarrow as pa
 
     fields = [("item_id", pa.int64()), ("external_id", pa.string()), ("text", pa.string()), ("fields", pa.string()),
@@ -49,9 +52,11 @@ def export_project(db: Database, project_name: str, target: str | os.PathLike, f
         run_info = (run.id, run.engine, run.model_name) if run else (None, None, None)
         project_id = project.id
     keys = [q.id for q in schema.questions]
-    columns, arrow_schema = columns_and_schema(keys, {q.id: list(q.names) for q in schema.questions})
-    batches = _records(db, project_id, question_rows, keys, run_info, annotator, reviewed_only)
-    count = write_export(batches, target, fmt, columns, arrow_schema, on_batch=progress)
+    _, arrow_schema = columns_and_schema(keys, {q.id: list(q.names) for q in schema.questions})
+    # JSONL keeps the context fields as an object; the tabular formats hold them as JSON text.
+    batches = _column_batches(db, project_id, question_rows, keys, run_info, annotator, reviewed_only,
+                              fields_as_text=fmt != "jsonl")
+    count = write_export(batches, target, fmt, arrow_schema, on_batch=progress)
     if push_to_hub:
         _push(target, fmt, push_to_hub, token)
     with db.session() as session:
@@ -60,46 +65,43 @@ def export_project(db: Database, project_name: str, target: str | os.PathLike, f
     return count
 
 
-def _records(db: Database, project_id: int, question_rows: dict[str, int], keys: list[str],
-             run_info: tuple, annotator: str | None, reviewed_only: bool) -> Iterator[list[dict[str, Any]]]:
+def _column_batches(db: Database, project_id: int, question_rows: dict[str, int], keys: list[str], run_info: tuple,
+                    annotator: str | None, reviewed_only: bool, fields_as_text: bool) -> Iterator[dict[str, list]]:
     run_id, engine, model = run_info
-    by_row = {row: key for key, row in question_rows.items()}
+    question_ids = [question_rows[k] for k in keys]
+    key_of = {qid: k for k, qid in question_rows.items()}
     after = 0
     while True:
         with db.read() as session:
-            items = repo.item_page(session, project_id, after, PAGE)
-            if not items:
+            rows = repo.export_page(session, project_id, run_id, question_ids, after, PAGE, fields_as_text)
+            if not rows:
                 return
-            after = items[-1].id
-            ids = [i.id for i in items]
-            answers: dict[tuple[int, str], list] = {}
-            for r in repo.responses_for(session, ids, list(by_row), annotator):  # oldest first
-                answers.setdefault((r.item_id, by_row[r.question_id]), []).append(r)
-            suggestions = {(s.item_id, by_row[s.question_id]): s
-                           for s in (repo.suggestions_for(session, run_id, ids) if run_id is not None else [])
-                           if s.question_id in by_row}
-        batch = []
-        for item in items:
-            if reviewed_only and not any((item.id, k) in answers for k in keys):
+            first, after = rows[0][0], rows[-1][0]
+            answers = repo.responses_for(session, first, after, question_ids, annotator)  # oldest first
+        given: dict[tuple[int, str], list] = {}
+        for item_id, question_id, value, who, source in answers:
+            given.setdefault((item_id, key_of[question_id]), []).append((value, who, source))
+        if reviewed_only:
+            answered = {item_id for item_id, _ in given}
+            rows = [r for r in rows if r[0] in answered]
+            if not rows:
                 continue
-            record: dict[str, Any] = {"item_id": item.id, "external_id": item.external_id, "text": item.text,
-                                      "fields": item.fields, "run_id": run_id, "engine": engine, "model": model}
-            for k in keys:
-                given = answers.get((item.id, k), [])
-                latest = given[-1] if given else None
-                s = suggestions.get((item.id, k))
-                record.update({
-                    k: latest.value if latest else None,
-                    f"{k}_annotator": latest.annotator if latest else None,
-                    f"{k}_source": latest.source if latest else None,
-                    f"{k}_annotations": len(given),
-                    f"{k}_model": s.answer if s else None,
-                    f"{k}_confidence": s.confidence if s else None,
-                    f"{k}_distribution": dict(s.distribution) if s else None,
-                })
-            batch.append(record)
-        if batch:
-            yield batch
+        columns = list(zip(*rows))  # transposed in C: one list per selected column
+        n = len(rows)
+        batch: dict[str, list] = {"item_id": list(columns[0]), "external_id": list(columns[1]),
+                                  "text": list(columns[2]), "fields": list(columns[3]), "run_id": [run_id] * n,
+                                  "engine": [engine] * n, "model": [model] * n}
+        for k_index, k in enumerate(keys):
+            answer, confidence, distribution = columns[4 + 3 * k_index: 7 + 3 * k_index]
+            latest = [given.get((item_id, k)) for item_id in batch["item_id"]]
+            batch[k] = [g[-1][0] if g else None for g in latest]
+            batch[f"{k}_annotator"] = [g[-1][1] if g else None for g in latest]
+            batch[f"{k}_source"] = [g[-1][2] if g else None for g in latest]
+            batch[f"{k}_annotations"] = [len(g) if g else 0 for g in latest]
+            batch[f"{k}_model"] = list(answer)
+            batch[f"{k}_confidence"] = list(confidence)
+            batch[f"{k}_distribution"] = [orjson.loads(d) if d is not None else None for d in distribution]
+        yield batch
 
 
 def _push(target: str | os.PathLike, fmt: str, repo_id: str, token: str | None) -> None:

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
+import orjson
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import OperationalError
@@ -51,16 +52,24 @@ def _sqlite_begin(conn) -> None:
     conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("read_only") else "BEGIN IMMEDIATE")
 
 
+def _dumps(value) -> str:
+    return orjson.dumps(value).decode()
+
+
 def make_engine(location: str | os.PathLike | None = None) -> Engine:
     url = make_url(database_url(location))
+    # orjson for the JSON columns: an import or export of a million rows encodes or decodes a million
+    # field objects and distributions.
+    json_kwargs = {"json_serializer": _dumps, "json_deserializer": orjson.loads}
     if url.get_backend_name() == "sqlite":
         if url.database and url.database != ":memory:":
             Path(url.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False})
+        engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+                               **json_kwargs)
         event.listen(engine, "connect", _sqlite_settings)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    return create_engine(url, pool_pre_ping=True, **json_kwargs)
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:

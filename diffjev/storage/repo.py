@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import delete, func, insert, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Text, and_, cast, delete, func, insert, select, update
+from sqlalchemy.orm import Session, aliased
 
 from diffjev.decide import Decision
 from diffjev.schema import Schema, question_to_dict
@@ -113,7 +113,9 @@ def existing_keys(session: Session, project_id: int, external_ids: Sequence[str]
 def insert_items(session: Session, project_id: int, rows: Sequence[dict[str, Any]]) -> None:
     if rows:
         now = utcnow()
-        session.execute(insert(Item), [{**r, "project_id": project_id, "created_at": now} for r in rows])
+        # Core insert on the session's connection: the ORM's bulk path costs more than SQLite here.
+        session.connection().execute(insert(Item.__table__),
+                                     [{**r, "project_id": project_id, "created_at": now} for r in rows])
 
 
 def count_items(session: Session, project_id: int) -> int:
@@ -306,22 +308,33 @@ class StaleWrite(RuntimeError):
 
 # Export -----------------------------------------------------------------------------------------------
 
-def item_page(session: Session, project_id: int, after_id: int, limit: int) -> list[Item]:
-    return list(session.scalars(select(Item).where(Item.project_id == project_id, Item.id > after_id)
-                                .order_by(Item.id).limit(limit)))
+# Plain rows through the session's connection, not ORM objects: an export reads millions of them.
+
+def export_page(session: Session, project_id: int, run_id: int | None, questions: Sequence[int], after_id: int,
+                limit: int, fields_as_text: bool) -> list[Any]:
+    """The next items in id order, each as one flat row: (id, external_id, text, fields), then per question
+    the run's (answer, confidence, distribution as JSON text). `fields` comes as stored JSON text if
+    asked, which spares decoding it for a file that holds it as text."""
+    query = select(Item.id, Item.external_id, Item.text, cast(Item.fields, Text) if fields_as_text else Item.fields) \
+        .where(Item.project_id == project_id, Item.id > after_id)
+    for question_id in questions:
+        s = aliased(Suggestion)
+        query = query.outerjoin(s, and_(s.item_id == Item.id, s.run_id == run_id, s.question_id == question_id)) \
+            .add_columns(s.answer, s.confidence, cast(s.distribution, Text))
+    return list(session.connection().execute(query.order_by(Item.id).limit(limit)))
 
 
-def responses_for(session: Session, item_ids: Sequence[int], question_ids: Sequence[int],
-                  annotator: str | None = None) -> list[Response]:
-    query = select(Response).where(Response.item_id.in_(item_ids), Response.question_id.in_(question_ids),
-                                   Response.status == "submitted")
+def responses_for(session: Session, first_item: int, last_item: int, question_ids: Sequence[int],
+                  annotator: str | None = None) -> list[Any]:
+    """(item_id, question_id, value, annotator, source) of submitted answers to these questions for items
+    in an id range, oldest first. A range, not a list of ids: a page of ten thousand items stays one
+    index range scan."""
+    query = select(Response.item_id, Response.question_id, Response.value, Response.annotator, Response.source) \
+        .where(Response.item_id.between(first_item, last_item), Response.question_id.in_(question_ids),
+               Response.status == "submitted")
     if annotator is not None:
         query = query.where(Response.annotator == annotator)
-    return list(session.scalars(query.order_by(Response.updated_at)))
-
-
-def suggestions_for(session: Session, run_id: int, item_ids: Sequence[int]) -> list[Suggestion]:
-    return list(session.scalars(select(Suggestion).where(Suggestion.run_id == run_id, Suggestion.item_id.in_(item_ids))))
+    return list(session.connection().execute(query.order_by(Response.updated_at, Response.id)))
 
 
 def project_stats(session: Session, project_id: int) -> dict[str, Any]:
