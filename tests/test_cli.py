@@ -72,3 +72,52 @@ def test_a_dead_server_is_named_without_a_traceback(tmp_path):
     assert result.returncode != 0
     assert "cannot reach the Jev API at http://127.0.0.1:9/v1/systemone" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_model_folder(tmp_path_factory, dgemma, tokenizer):
+    folder = tmp_path_factory.mktemp("cli-model")
+    dgemma.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_init_import_prelabel_stats_export_from_the_command_line(tmp_path, tiny_model_folder):
+    db = str(tmp_path / "cli.db")
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({**TICKETS, "samples": 1}))
+    items = tmp_path / "items.csv"
+    items.write_text("id,body,plan\n1,Site is down,pro\n2,,free\n3,Refund me,team\n")
+    assert diffjev("init", "--db", db, "--project", "t", "--schema", str(schema), "--text-field", "body").returncode == 0
+    imported = diffjev("import", "--db", db, "--project", "t", str(items), "--id-field", "id")
+    assert imported.returncode == 0
+    assert "imported 2, duplicates 0, rejected 1" in imported.stdout and "line 3: empty text" in imported.stdout
+    run = diffjev("prelabel", "--db", db, "--project", "t", "--engine", "transformers", "--model", str(tiny_model_folder))
+    assert run.returncode == 0, run.stderr
+    assert "run 1 completed: 2 read, 0 failed" in run.stdout
+    stats = diffjev("stats", "--db", db, "--project", "t")
+    assert "2 items, schema version 1" in stats.stdout and "run 1: transformers" in stats.stdout
+    out = tmp_path / "all.jsonl"
+    exported = diffjev("export", "--db", db, "--project", "t", "--format", "jsonl", "--out", str(out), "--all")
+    assert exported.returncode == 0 and f"wrote 2 items to {out}" in exported.stdout
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["external_id"] for r in records] == ["1", "3"] and records[0]["fields"] == {"plan": "pro"}
+    assert all(r["team_model"] in ("billing", "technical", "account") for r in records)
+    again = diffjev("init", "--db", db, "--project", "t", "--schema", str(schema))
+    assert again.returncode == 2 and "already exists" in again.stderr and "Traceback" not in again.stderr
+
+
+def test_every_command_has_help():
+    for command in ("init", "import", "prelabel", "export", "stats", "read", "serve-model"):
+        result = diffjev(command, "--help")
+        assert result.returncode == 0 and "usage: diffjev" in result.stdout
+
+
+def test_serve_model_builds_the_vllm_command_and_says_when_vllm_is_missing():
+    dry = diffjev("serve-model", "--model", "google/diffusiongemma-26B-A4B-it", "--canvas", "128", "--dry-run")
+    assert dry.returncode == 0
+    assert dry.stdout.split() == ["vllm", "serve", "google/diffusiongemma-26B-A4B-it", "--port", "8000", "--host",
+                                  "127.0.0.1", "--diffusion-config", "'{\"canvas_length\":", "128}'",
+                                  "--max-logprobs", "32", "--enable-prefix-caching", "--async-scheduling"]
+    missing = diffjev("serve-model", "--model", "google/diffusiongemma-26B-A4B-it")
+    assert missing.returncode == 2 and "vllm is not installed here" in missing.stderr

@@ -231,3 +231,18 @@ def test_the_queue_query_uses_its_partial_index(db):
             session.execute(text("SET LOCAL enable_seqscan = off"))
             plan = " ".join(str(r) for r in session.execute(text(f"EXPLAIN {sql}")))
     assert "ix_suggestions_queue_confidence" in plan
+
+
+def test_push_to_hub_without_the_hub_keeps_the_local_export_and_says_why(tmp_path):
+    db = Database(tmp_path / "hub.db")
+    make_project(db)
+    import_items(db, "tickets", pd.DataFrame({"text": ["x"]}))
+    from diffjev.io import SourceError
+
+    with pytest.raises(SourceError, match="cannot be pushed to me/labels"):
+        export_project(db, "tickets", tmp_path / "ds", "hf", reviewed_only=False, push_to_hub="me/labels",
+                       token="hf_secret")
+    assert datasets.load_from_disk(str(tmp_path / "ds")).num_rows == 1
+    with pytest.raises(SourceError, match="needs a Hugging Face token"):
+        export_project(db, "tickets", tmp_path / "ds2", "hf", reviewed_only=False, push_to_hub="me/labels")
+    assert not (tmp_path / "ds2").exists()  # refused before any work

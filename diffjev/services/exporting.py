@@ -42,6 +42,10 @@ def export_project(db: Database, project_name: str, target: str | os.PathLike, f
                    actor: str = "system", progress: Callable[[int], None] | None = None,
                    push_to_hub: str | None = None, token: str | None = None) -> int:
     """Write the export and return how many items it holds."""
+    if push_to_hub and fmt != "hf":
+        raise SourceError("push_to_hub needs the 'hf' format")
+    if push_to_hub and not token:
+        raise SourceError("push_to_hub needs a Hugging Face token (--hf-token or HF_TOKEN)")
     with db.read() as session:
         project = repo.get_project(session, project_name)
         version = repo.latest_version(session, project.id)
@@ -58,7 +62,7 @@ def export_project(db: Database, project_name: str, target: str | os.PathLike, f
                               fields_as_text=fmt != "jsonl")
     count = write_export(batches, target, fmt, arrow_schema, on_batch=progress)
     if push_to_hub:
-        _push(target, fmt, push_to_hub, token)
+        _push(target, push_to_hub, token)
     with db.session() as session:
         repo.log(session, actor, "export.written", project_id, target=str(target), format=fmt, items=count,
                  run_id=run_info[0], annotator=annotator, reviewed_only=reviewed_only)
@@ -104,11 +108,7 @@ def _column_batches(db: Database, project_id: int, question_rows: dict[str, int]
         yield batch
 
 
-def _push(target: str | os.PathLike, fmt: str, repo_id: str, token: str | None) -> None:
-    if fmt != "hf":
-        raise SourceError("push_to_hub needs the 'hf' format")
-    if not token:
-        raise SourceError("push_to_hub needs a Hugging Face token (--hf-token or HF_TOKEN)")
+def _push(target: str | os.PathLike, repo_id: str, token: str) -> None:
     from diffjev.models import hub_reachable
 
     why = hub_reachable()
