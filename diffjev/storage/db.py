@@ -42,6 +42,9 @@ def _sqlite_settings(dbapi_connection, _record) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA synchronous=NORMAL")  # durable across application crashes in WAL mode
+    # 64 MiB of page cache per connection instead of 2: index pages stay cached as a project grows
+    # past a million items, which keeps imports and queues fast there.
+    cursor.execute("PRAGMA cache_size=-65536")
     cursor.close()
 
 
