@@ -150,6 +150,9 @@ class Suggestion(Base):
               sqlite_where=text("is_open = 1"), postgresql_where=text("is_open")),
         Index("ix_suggestions_queue_entropy", "run_id", "question_id", "entropy",
               sqlite_where=text("is_open = 1"), postgresql_where=text("is_open")),
+        # In item order: the "unlabeled in order" queue, and the random blind slice's seek.
+        Index("ix_suggestions_queue_item", "run_id", "question_id", "item_id",
+              sqlite_where=text("is_open = 1"), postgresql_where=text("is_open")),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
@@ -205,3 +208,17 @@ class Event(Base):
     item_id: Mapped[int | None]
     question_id: Mapped[int | None]
     payload: Mapped[dict[str, Any]]
+
+
+class Lease(Base):
+    """An item held by one annotator for one question until `expires_at`, so two annotators never get
+    the same item at once; an expired lease is free for anyone."""
+
+    __tablename__ = "leases"
+    __table_args__ = (UniqueConstraint("item_id", "question_id"),
+                      Index("ix_leases_question_id_expires_at", "question_id", "expires_at"))
+    id: Mapped[int] = mapped_column(primary_key=True)
+    item_id: Mapped[int] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"))
+    question_id: Mapped[int] = mapped_column(ForeignKey("questions.id", ondelete="CASCADE"))
+    annotator: Mapped[str] = mapped_column(String(200))
+    expires_at: Mapped[datetime] = mapped_column(Timestamp)

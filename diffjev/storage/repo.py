@@ -12,10 +12,11 @@ from sqlalchemy.orm import Session, aliased
 
 from diffjev.decide import Decision
 from diffjev.schema import Schema, question_to_dict
-from diffjev.storage.models import Event, Item, ItemRead, Project, Question, Response, Run, SchemaQuestion, \
-    SchemaVersion, Suggestion, utcnow
+from diffjev.storage.models import Event, Item, ItemRead, Lease, Project, Question, Response, Run, \
+    SchemaQuestion, SchemaVersion, Suggestion, utcnow
 
 QUEUE_ORDER = {
+    "in_order": Suggestion.item_id.asc(),
     "least_confidence": Suggestion.confidence.asc(),
     "margin": Suggestion.margin.asc(),
     "entropy": Suggestion.entropy.desc(),
@@ -227,9 +228,10 @@ def failed_reads(session: Session, run_id: int, limit: int = 100) -> list[tuple[
 
 # Queues -----------------------------------------------------------------------------------------------
 
-def next_in_queue(session: Session, run_id: int, question_id: int, strategy: str,
-                  exclude: Iterable[int] = ()) -> int | None:
-    """The next open item for one question of one run, by the strategy's order."""
+def next_in_queue(session: Session, run_id: int, question_id: int, strategy: str, exclude: Iterable[int] = (),
+                  start_at: int | None = None) -> int | None:
+    """The next open item for one question of one run, by the strategy's order; with `start_at`, the
+    first open item at or after that id (wrapping around), which is how a random pick stays an index seek."""
     if strategy not in QUEUE_ORDER:
         raise ValueError(f"unknown queue {strategy!r}; choose one of {', '.join(QUEUE_ORDER)}")
     query = select(Suggestion.item_id).where(Suggestion.run_id == run_id, Suggestion.question_id == question_id,
@@ -237,7 +239,46 @@ def next_in_queue(session: Session, run_id: int, question_id: int, strategy: str
     exclude = list(exclude)
     if exclude:
         query = query.where(Suggestion.item_id.not_in(exclude))
+    if start_at is not None:
+        found = session.scalar(query.where(Suggestion.item_id >= start_at).order_by(Suggestion.item_id).limit(1))
+        return found if found is not None else session.scalar(query.order_by(Suggestion.item_id).limit(1))
     return session.scalar(query.order_by(QUEUE_ORDER[strategy], Suggestion.item_id).limit(1))
+
+
+def item_id_range(session: Session, project_id: int) -> tuple[int, int] | None:
+    low, high = session.execute(select(func.min(Item.id), func.max(Item.id)).where(Item.project_id == project_id)).one()
+    return None if low is None else (low, high)
+
+
+def next_unlabeled_item(session: Session, project_id: int, question_id: int, exclude: Iterable[int] = ()) -> int | None:
+    """Without a run, the first item in id order that nobody has answered for this question."""
+    answered = select(Response.id).where(Response.item_id == Item.id, Response.question_id == question_id,
+                                         Response.status == "submitted")
+    query = select(Item.id).where(Item.project_id == project_id, ~answered.exists())
+    exclude = list(exclude)
+    if exclude:
+        query = query.where(Item.id.not_in(exclude))
+    return session.scalar(query.order_by(Item.id).limit(1))
+
+
+# Leases -----------------------------------------------------------------------------------------------
+
+def leased_by_others(session: Session, question_id: int, annotator: str, now) -> list[int]:
+    return list(session.scalars(select(Lease.item_id).where(Lease.question_id == question_id,
+                                                            Lease.annotator != annotator, Lease.expires_at > now)))
+
+
+def take_lease(session: Session, item_id: int, question_id: int, annotator: str, until) -> None:
+    """Hold an item for one annotator, replacing this annotator's other lease on the question."""
+    session.execute(delete(Lease).where(Lease.question_id == question_id,
+                                        (Lease.annotator == annotator) | (Lease.item_id == item_id)))
+    session.execute(insert(Lease).values(item_id=item_id, question_id=question_id, annotator=annotator,
+                                         expires_at=until))
+
+
+def release_lease(session: Session, item_id: int, question_id: int, annotator: str) -> None:
+    session.execute(delete(Lease).where(Lease.item_id == item_id, Lease.question_id == question_id,
+                                        Lease.annotator == annotator))
 
 
 # Responses --------------------------------------------------------------------------------------------
@@ -248,7 +289,7 @@ def answered_pairs(session: Session, item_ids: Sequence[int], question_ids: Sequ
     return {(i, q) for i, q in rows}
 
 
-def _refresh_open(session: Session, item_id: int, question_id: int) -> None:
+def refresh_open(session: Session, item_id: int, question_id: int) -> None:
     answered = session.scalar(select(func.count()).select_from(Response).where(
         Response.item_id == item_id, Response.question_id == question_id, Response.status == "submitted")) or 0
     session.execute(update(Suggestion).where(Suggestion.item_id == item_id, Suggestion.question_id == question_id)
@@ -298,8 +339,13 @@ def respond(session: Session, r: ResponseInput, expected_revision: int | None = 
     project_id = session.scalar(select(Item.project_id).where(Item.id == r.item_id))
     log(session, r.annotator, f"response.{r.status}", project_id, r.item_id, r.question_id, response_id=row.id,
         value=r.value, source=r.source, before=before, revision=row.revision)
-    _refresh_open(session, r.item_id, r.question_id)
+    refresh_open(session, r.item_id, r.question_id)
     return row
+
+
+def answered_count(session: Session, question_id: int) -> int:
+    return session.scalar(select(func.count(func.distinct(Response.item_id))).where(
+        Response.question_id == question_id, Response.status == "submitted")) or 0
 
 
 class StaleWrite(RuntimeError):
