@@ -74,14 +74,7 @@ def source_format(source: Any) -> str:
 def read_rows(source: Any, text_field: str = "text", id_field: str | None = None,
               context_fields: Sequence[str] | None = None, split: str = "train") -> Iterator[Row | Rejected]:
     """Rows of a source, each either a Row to import or the reason it was rejected."""
-    fmt = source_format(source)
-    if fmt in ("csv", "jsonl", "parquet") and not Path(source).is_file():
-        raise SourceError(f"no file at {source}")
-    records = {
-        "csv": _csv_records, "jsonl": _jsonl_records, "parquet": _parquet_records,
-        "dataframe": _dataframe_records, "dataset": _dataset_records,
-        "hf": lambda s: _dataset_records(load_hf_dataset(s, split)),
-    }[fmt](source)
+    records = _records(source, source_format(source), split)
     columns = next(records)  # every reader yields its column names first (None when rows may differ)
     if columns is not None:
         for needed, flag in ((text_field, "the text field"), (id_field, "the id field")):
@@ -97,6 +90,31 @@ def read_rows(source: Any, text_field: str = "text", id_field: str | None = None
             yield record
             continue
         yield _row(line, record, text_field, id_field, context_fields)
+
+
+def peek(source: Any, rows: int = 5, split: str = "train") -> tuple[list[str], list[dict[str, Any]]]:
+    """A source's column names and first rows, for choosing the text and context columns."""
+    records = _records(source, source_format(source), split)
+    columns = next(records)
+    first = []
+    for _, record in records:
+        if isinstance(record, dict):
+            first.append(record)
+        if len(first) >= rows:
+            break
+    if columns is None:  # JSONL: the fields of the first rows, in order of appearance
+        columns = list(dict.fromkeys(k for r in first for k in r))
+    return [str(c) for c in columns], first
+
+
+def _records(source: Any, fmt: str, split: str) -> Iterator[Any]:
+    """A reader over the source: its column names first (None when rows may differ), then (line, record)."""
+    if fmt in ("csv", "jsonl", "parquet") and not Path(source).is_file():
+        raise SourceError(f"no file at {source}")
+    readers = {"csv": _csv_records, "jsonl": _jsonl_records, "parquet": _parquet_records,
+               "dataframe": _dataframe_records, "dataset": _dataset_records,
+               "hf": lambda s: _dataset_records(load_hf_dataset(s, split))}
+    return readers[fmt](source)
 
 
 def _row(line: int, record: Any, text_field: str, id_field: str | None,

@@ -26,8 +26,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
+from diffjev.api import StructuredDecisionRequest
 from diffjev.canvas import DEFAULT_MAX_WIDTH
 from diffjev.decide import Decision, aggregate, slot_distribution
 from diffjev.engines.transformers import TransformersEngine
@@ -119,27 +120,6 @@ def logprob_args(body: dict[str, Any], max_logprobs: int, vocab: int) -> dict[st
         if not logprobs:
             raise RequestError("logprob_token_ids needs logprobs", "logprob_token_ids")
     return {"logprobs": logprobs, "top": top or 0, "ids": ids}
-
-
-class JevQuestion(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: str
-    instructions: str
-    criteria: Any = None
-
-
-class StructuredDecisionRequest(BaseModel):
-    model: str | None = None
-    state: str | dict | list
-    questions: dict[str, JevQuestion]
-    instructions: str | None = None
-    images: list[str] | None = None
-    audio: list[str] | None = None
-    videos: list[str] | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
-    cache_salt: str | None = None
-    priority: int = 0
-    request_id: str | None = None
 
 
 def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_length: int = DEFAULT_MAX_WIDTH,

@@ -1,0 +1,71 @@
+"""The Jev decision API's request shape, and the studio's own `POST /v1/systemone`.
+
+The request follows vLLM's `StructuredDecisionRequest`. The studio answers it with its configured
+engine, every question in one read where the engine reads canvases, in vLLM's answer shapes.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, HTTPException
+from pydantic import BaseModel, ConfigDict
+
+from diffjev.engines.base import Engine, EngineError
+from diffjev.errors import SchemaError
+from diffjev.read import read
+from diffjev.schema import Schema
+
+
+class JevQuestion(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str
+    instructions: str
+    criteria: Any = None
+
+
+class StructuredDecisionRequest(BaseModel):
+    model: str | None = None
+    state: str | dict | list
+    questions: dict[str, JevQuestion]
+    instructions: str | None = None
+    images: list[str] | None = None
+    audio: list[str] | None = None
+    videos: list[str] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    cache_salt: str | None = None
+    priority: int = 0
+    request_id: str | None = None
+
+    def schema(self) -> Schema:
+        """The request's questions as a Schema; a bad one raises SchemaError."""
+        return Schema.from_dict({"questions": {qid: q.model_dump(exclude_none=True) for qid, q in self.questions.items()},
+                                 **({"instructions": self.instructions} if self.instructions else {}),
+                                 "samples": 1})
+
+
+def jev_router(engine: Engine, model_name: str) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/v1/systemone")
+    def systemone(request: StructuredDecisionRequest) -> dict[str, Any]:
+        if request.images or request.audio or request.videos:
+            raise HTTPException(422, [{"loc": ["body", "images"], "msg": "this server reads text states only"}])
+        try:
+            schema = request.schema()
+        except SchemaError as exc:
+            loc = ["body", "questions"] + ([exc.question] if exc.question else []) + ([exc.field] if exc.field else [])
+            raise HTTPException(422, [{"loc": loc, "msg": str(exc), "type": "value_error"}]) from None
+        try:
+            decision = read(schema, request.state, engine)
+        except (EngineError, SchemaError) as exc:
+            raise HTTPException(502 if isinstance(exc, EngineError) else 422, str(exc)) from None
+        return {"id": f"sd-{uuid.uuid4().hex}", "object": "structured_decision", "created": int(time.time()),
+                "model": model_name, "answers": decision.to_jev(),
+                "usage": {"input_tokens": len(decision.diagnostics.get("prompt_ids") or []),
+                          "output_tokens": decision.diagnostics.get("width") or 0},
+                "diagnostics": decision.jev_diagnostics()}
+
+    return router

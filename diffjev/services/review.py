@@ -1,0 +1,80 @@
+"""Review: where the model and the humans disagree, what was accepted while the model was unsure, and
+per question how often suggestions are accepted and how often the model is right."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from diffjev.services.annotation import project_schema
+from diffjev.storage import repo
+from diffjev.storage.db import Database
+from diffjev.storage.models import Item, Response, Suggestion
+
+LOW_CONFIDENCE = 0.6
+
+
+def _pairs(db: Database, project_name: str) -> tuple[list[Any], dict[int, str]]:
+    """Submitted answers joined to the latest run's suggestion for the same item and question."""
+    project_id, schema, rows, run_id = project_schema(db, project_name)
+    key_of = {row: key for key, row in rows.items()}
+    with db.read() as session:
+        query = (select(Response.item_id, Item.external_id, Response.question_id, Response.value, Response.annotator,
+                        Response.source, Response.suggestion_shown, Suggestion.answer, Suggestion.confidence)
+                 .join(Item, Item.id == Response.item_id)
+                 .outerjoin(Suggestion, (Suggestion.item_id == Response.item_id)
+                            & (Suggestion.question_id == Response.question_id) & (Suggestion.run_id == run_id))
+                 .where(Response.question_id.in_(list(key_of)), Response.status == "submitted")
+                 .order_by(Response.item_id))
+        return list(session.execute(query)), key_of
+
+
+def question_report(db: Database, project_name: str) -> list[dict[str, Any]]:
+    pairs, key_of = _pairs(db, project_name)
+    report = []
+    for row, key in key_of.items():
+        mine = [p for p in pairs if p.question_id == row]
+        shown = [p for p in mine if p.suggestion_shown]
+        judged = [p for p in mine if p.answer is not None]
+        blind = [p for p in judged if not p.suggestion_shown]
+        report.append({
+            "question": key, "answered": len(mine),
+            "acceptance": _rate(sum(p.source == "accepted" for p in shown), len(shown)),
+            "model accuracy": _rate(sum(p.answer == p.value for p in judged), len(judged)),
+            "blind answers": len(blind),
+            "blind accuracy": _rate(sum(p.answer == p.value for p in blind), len(blind)),
+        })
+    return report
+
+
+def disagreements(db: Database, project_name: str, limit: int = 200) -> list[dict[str, Any]]:
+    pairs, key_of = _pairs(db, project_name)
+    return [_row(p, key_of) for p in pairs if p.answer is not None and p.answer != p.value][:limit]
+
+
+def low_confidence_accepts(db: Database, project_name: str, below: float = LOW_CONFIDENCE,
+                           limit: int = 200) -> list[dict[str, Any]]:
+    pairs, key_of = _pairs(db, project_name)
+    return [_row(p, key_of) for p in pairs if p.source == "accepted" and p.confidence is not None
+            and p.confidence < below][:limit]
+
+
+def reopen(db: Database, project_name: str, item_id: int, question_key: str, value: str, reviewer: str) -> None:
+    """Change an item's answer from the review screen; recorded as the reviewer's answer and an event."""
+    _, schema, rows, _ = project_schema(db, project_name)
+    question = schema.question(question_key)
+    if value not in question.names:
+        raise ValueError(f"{value!r} is not an answer to {question_key}; answers: {', '.join(question.names)}")
+    db.write(lambda session: repo.respond(session, repo.ResponseInput(item_id, rows[question_key], reviewer, value,
+                                                                      "manual")))
+
+
+def _row(p: Any, key_of: dict[int, str]) -> dict[str, Any]:
+    return {"item": p.item_id, "external id": p.external_id, "question": key_of[p.question_id],
+            "model": p.answer, "confidence": round(p.confidence, 3) if p.confidence is not None else None,
+            "human": p.value, "annotator": p.annotator, "source": p.source}
+
+
+def _rate(hits: int, total: int) -> float | None:
+    return round(hits / total, 3) if total else None

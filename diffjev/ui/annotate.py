@@ -1,0 +1,149 @@
+"""The Annotate tab: one item and one question at a time, the model's distribution beside it, and a key
+for every action (Enter or A accepts, 1-9 picks an answer, S skips, U undoes)."""
+
+from __future__ import annotations
+
+import html
+import time
+from typing import Any
+
+import gradio as gr
+
+from diffjev.services import annotation
+from diffjev.ui.context import Studio
+
+MAX_KEYS = 9
+HELP = "**Keys:** Enter or A accept the model's answer · 1–9 pick an answer · S skip · U undo"
+QUEUES = {"Unlabeled, in order": "in_order", "Least confidence first": "least_confidence",
+          "Smallest margin first": "margin", "Highest entropy first": "entropy",
+          "Blind slice (suggestion hidden)": "blind"}
+
+# Keyboard shortcuts: Gradio has none built in, so a small script clicks the tab's buttons by id. Keys
+# are ignored while typing in a field, and act only while the Annotate tab is on screen.
+KEYS_JS = """
+<script>
+document.addEventListener("keydown", (e) => {
+  const t = e.target;
+  if (t && (t.tagName === "INPUT" || t.tagName === "TEXTAREA" || t.tagName === "SELECT" || t.isContentEditable)) return;
+  if (e.ctrlKey || e.metaKey || e.altKey) return;
+  let id = null;
+  if (e.key === "Enter" || e.key === "a") id = "accept";
+  else if (/^[1-9]$/.test(e.key)) id = "pick-" + e.key;
+  else if (e.key === "s") id = "skip";
+  else if (e.key === "u" || e.key === "Backspace") id = "undo";
+  if (!id) return;
+  const el = document.getElementById(id);
+  const button = el && (el.tagName === "BUTTON" ? el : el.querySelector("button"));
+  if (button && button.offsetParent !== null && !button.disabled) { e.preventDefault(); button.click(); }
+});
+</script>
+"""
+
+
+def item_html(card: annotation.Card) -> str:
+    """The item as text: every character escaped, so markup in an item is shown, never run."""
+    fields = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
+                     for k, v in card.fields.items())
+    ident = html.escape(card.external_id or str(card.item_id))
+    return (f"<div class='dj-item'><div class='dj-id'>item {ident}</div>"
+            f"<div class='dj-text'>{html.escape(card.text)}</div>"
+            + (f"<table class='dj-fields'>{fields}</table>" if fields else "") + "</div>")
+
+
+def build(studio: Studio) -> None:
+    _, schema, _, _ = studio.schema()
+    keys = [q.id for q in schema.questions]
+    with gr.Row():
+        question = gr.Dropdown(keys, value=keys[0], label="Question", elem_id="annotate-question")
+        queue = gr.Dropdown(list(QUEUES), value="Least confidence first", label="Queue", elem_id="annotate-queue")
+        start = gr.Button("Start", elem_id="annotate-start")
+    gr.Markdown(HELP, elem_id="keys-help")
+    progress = gr.Markdown(elem_id="annotate-progress")
+    with gr.Row():
+        with gr.Column(scale=3):
+            item = gr.HTML(elem_id="item")
+        with gr.Column(scale=2):
+            prompt = gr.Markdown(elem_id="question-text")
+            distribution = gr.Label(label="Model's distribution", elem_id="distribution")
+            info = gr.Markdown(elem_id="suggestion-info")
+    with gr.Row():
+        accept = gr.Button("Accept (Enter)", variant="primary", elem_id="accept")
+        picks = [gr.Button(f"{k}", visible=False, elem_id=f"pick-{k}") for k in range(1, MAX_KEYS + 1)]
+        skip = gr.Button("Skip (S)", elem_id="skip")
+        undo = gr.Button("Undo (U)", elem_id="undo")
+    state = gr.State(None)
+    outputs = [state, progress, item, prompt, distribution, info, accept, *picks]
+
+    def show(card: annotation.Card | None, strategy: str, note: str = "") -> tuple:
+        if card is None:
+            empty = "**Nothing left in this queue.** " + note
+            return (None, empty, "", "", None, "", gr.update(interactive=False),
+                    *[gr.update(visible=False) for _ in picks])
+        done, total = annotation.progress(studio.db, card.project_id, card.question_row)
+        line = f"{done} of {total} items answered for **{card.question.id}**, {total - done} to go. {note}"
+        s = card.suggestion
+        if s is None:
+            label, text = None, ("Suggestion hidden: blind slice." if card.blind else "No suggestion for this item.")
+        else:
+            label = s["distribution"]
+            text = f"Model: **{html.escape(s['answer'])}**, confidence {s['confidence']:.2f}"
+            if s.get("stderr") is not None:
+                text += f" ± {s['stderr']:.2f} over {s['draws']} reads"
+        if card.current is not None:
+            text += f"  \nYour current answer: **{html.escape(card.current)}**"
+        pick_updates = [gr.update(visible=i < len(card.question.names),
+                                  value=f"{i + 1} {card.question.names[i]}" if i < len(card.question.names) else "")
+                        for i in range(MAX_KEYS)]
+        session = {"card": card, "shown_at": time.monotonic(), "strategy": strategy}
+        return (session, line, item_html(card), f"**{html.escape(card.question.instructions)}**", label, text,
+                gr.update(interactive=s is not None), *pick_updates)
+
+    def start_queue(key: str, queue_name: str, request: gr.Request) -> tuple:
+        strategy = QUEUES[queue_name]
+        return show(annotation.next_card(studio.db, studio.project, key, strategy, studio.annotator(request)), strategy)
+
+    def respond(session: dict | None, value: str | None, status: str, request: gr.Request) -> tuple:
+        if not session:
+            raise gr.Error("Press Start to take an item from the queue first.")
+        card, strategy = session["card"], session["strategy"]
+        who = studio.annotator(request)
+        seconds = time.monotonic() - session["shown_at"]
+        annotation.answer(studio.db, card, who, value, seconds, status)
+        following = annotation.next_card(studio.db, studio.project, card.question.id, strategy, who,
+                                         skip_item=card.item_id if status == "skipped" else None)
+        return show(following, strategy, note=f"Saved {html.escape(value or 'skip')} for the last item.")
+
+    def accept_answer(session: dict | None, request: gr.Request) -> tuple:
+        card = session["card"] if session else None
+        if card is not None and card.suggestion is None:
+            raise gr.Error("There is no suggestion to accept here; pick an answer with its number.")
+        return respond(session, card.suggestion["answer"] if card else None, "submitted", request)
+
+    def undo_last(session: dict | None, key: str, queue_name: str, request: gr.Request) -> tuple:
+        who = studio.annotator(request)
+        project_id, schema, rows, run_id = studio.schema()
+        back = annotation.undo_last(studio.db, project_id, who)
+        strategy = session["strategy"] if session else QUEUES[queue_name]
+        if back is None:
+            return show(session["card"] if session else None, strategy, note="Nothing to undo.")
+        item_id, row = back
+        key = next(k for k, r in rows.items() if r == row)
+        card = annotation.load_card(studio.db, project_id, item_id, schema.question(key), row, run_id, who,
+                                    blind=session["card"].blind if session else False)
+        return show(card, strategy, note="Undone: the last answer is back for another look.")
+
+    def picker(k: int):
+        def pick(session: dict | None, request: gr.Request) -> tuple:
+            names = session["card"].question.names if session else ()
+            return respond(session, names[k] if k < len(names) else None, "submitted", request)
+        return pick
+
+    def skip_item(session: dict | None, request: gr.Request) -> tuple:
+        return respond(session, None, "skipped", request)
+
+    start.click(start_queue, [question, queue], outputs, api_name="annotate_start")
+    accept.click(accept_answer, [state], outputs, api_name="accept")
+    for k, button in enumerate(picks):
+        button.click(picker(k), [state], outputs, api_name=f"pick_{k + 1}")
+    skip.click(skip_item, [state], outputs, api_name="skip")
+    undo.click(undo_last, [state, question, queue], outputs, api_name="undo")

@@ -1,0 +1,50 @@
+"""What every tab of the studio shares: the database, the engine, the project, and who is acting."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from diffjev.engines.auto import ChosenEngine
+from diffjev.schema import Schema
+from diffjev.services.annotation import project_schema
+from diffjev.storage.db import Database
+
+LOCAL_ANNOTATOR = "local"
+
+
+@dataclass
+class Studio:
+    db: Database
+    chosen: ChosenEngine
+    project: str
+    export_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="diffjev-exports-")))
+    cancels: dict[str, threading.Event] = field(default_factory=dict)
+    # (handler, inputs, outputs) that fill a tab when the page loads
+    on_load: list[tuple[Any, list, list]] = field(default_factory=list)
+
+    def schema(self) -> tuple[int, Schema, dict[str, int], int | None]:
+        return project_schema(self.db, self.project)
+
+    @staticmethod
+    def annotator(request: gr.Request | None) -> str:
+        """The logged-in user (Gradio login or Hugging Face OAuth), else the one local annotator."""
+        name = getattr(request, "username", None) if request is not None else None
+        return name or LOCAL_ANNOTATOR
+
+    def preview_builder(self) -> Any:
+        """The canvas builder for previews: the engine's own when it reads canvases, else the offline
+        Gemma tokenizer's."""
+        builder = getattr(self.chosen.engine, "builder", None)
+        if builder is None:
+            from diffjev.canvas import CanvasBuilder, ModelFormat
+            from diffjev.models import offline_gemma_tokenizer
+
+            tokenizer = offline_gemma_tokenizer()
+            builder = CanvasBuilder(tokenizer, ModelFormat.from_tokenizer(tokenizer))
+        return builder

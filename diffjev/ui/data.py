@@ -1,0 +1,130 @@
+"""The Import, Pre-label and Export tabs: thin handlers over the services."""
+
+from __future__ import annotations
+
+import html
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from diffjev.io import SourceError, peek
+from diffjev.services.exporting import export_project
+from diffjev.services.importing import import_items
+from diffjev.services.prelabel import prelabel
+from diffjev.storage import repo
+from diffjev.ui.context import Studio
+
+
+def _source(upload: Any, dataset_name: str) -> Any:
+    if upload:
+        return upload if isinstance(upload, str) else upload.name
+    if dataset_name.strip():
+        return dataset_name.strip()
+    raise gr.Error("Upload a CSV, JSONL or Parquet file, or give a Hugging Face dataset name.")
+
+
+def build_import(studio: Studio) -> None:
+    with gr.Row():
+        upload = gr.File(label="CSV, JSONL or Parquet", file_types=[".csv", ".jsonl", ".json", ".parquet"],
+                         elem_id="import-file")
+        dataset = gr.Textbox(label="…or a Hugging Face dataset (name or save_to_disk folder)", elem_id="import-hf")
+    look = gr.Button("Preview", elem_id="import-preview")
+    preview = gr.Dataframe(label="First rows", interactive=False, elem_id="import-table")
+    with gr.Row():
+        text_column = gr.Dropdown([], label="Text column", elem_id="import-text")
+        id_column = gr.Dropdown([], label="Id column (optional)", elem_id="import-id")
+        context = gr.CheckboxGroup([], label="Context columns", elem_id="import-context")
+    go = gr.Button("Import", variant="primary", elem_id="import-go")
+    report = gr.Markdown(elem_id="import-report")
+
+    def show(upload: Any, dataset_name: str) -> tuple:
+        try:
+            columns, rows = peek(_source(upload, dataset_name))
+        except SourceError as exc:
+            raise gr.Error(str(exc)) from None
+        text = next((c for c in columns if c.lower() in ("text", "body", "content", "message")), columns[0])
+        ident = next((c for c in columns if c.lower() in ("id", "external_id", "uid")), None)
+        others = [c for c in columns if c not in (text, ident)]
+        return (pd.DataFrame(rows, columns=columns), gr.update(choices=columns, value=text),
+                gr.update(choices=[""] + columns, value=ident or ""), gr.update(choices=columns, value=others))
+
+    def run(upload: Any, dataset_name: str, text: str, ident: str, context_columns: list[str],
+            request: gr.Request) -> str:
+        try:
+            result = import_items(studio.db, studio.project, _source(upload, dataset_name), text_field=text or None,
+                                  id_field=ident or None, context_fields=context_columns,
+                                  actor=studio.annotator(request))
+        except SourceError as exc:
+            return f"⚠️ {html.escape(str(exc))}"
+        lines = [f"**Imported {result.imported}**, duplicates {result.duplicates}, rejected {result.rejected}."]
+        lines += [f"- line {r.line}: {html.escape(r.reason)}" for r in result.rejects[:50]]
+        if result.rejected > 50:
+            lines.append(f"- … and {result.rejected - 50} more")
+        return "\n".join(lines)
+
+    look.click(show, [upload, dataset], [preview, text_column, id_column, context], api_name="import_preview")
+    go.click(run, [upload, dataset, text_column, id_column, context], [report], api_name="import_items")
+
+
+def build_prelabel(studio: Studio) -> None:
+    gr.Markdown(f"Engine: **{html.escape(studio.chosen.description)}**")
+    which = gr.Radio(["All items", "Only items nobody has answered"], value="All items", label="Items",
+                     elem_id="prelabel-which")
+    with gr.Row():
+        start = gr.Button("Start pre-labeling", variant="primary", elem_id="prelabel-start")
+        stop = gr.Button("Cancel", elem_id="prelabel-cancel")
+    report = gr.Markdown(elem_id="prelabel-report")
+    failures = gr.Dataframe(headers=["item", "external id", "error"], interactive=False, elem_id="prelabel-failures")
+
+    def run(which_items: str, request: gr.Request, progress=gr.Progress()) -> tuple[str, Any]:
+        cancel = studio.cancels[studio.project] = threading.Event()
+
+        def show(p) -> None:
+            eta = f", about {p.eta_s:.0f} s left" if p.eta_s is not None else ""
+            progress((p.done, p.total), desc=f"{p.items_per_s:.1f} items/s{eta}")
+
+        result = prelabel(studio.db, studio.project, studio.chosen.engine,
+                          only_unlabeled=which_items.startswith("Only"), actor=studio.annotator(request),
+                          progress=show, cancel=cancel)
+        text = (f"Run {result.run_id} **{result.status}**: {result.read} items read, {result.failed} failed, "
+                f"{result.seconds:.1f} s.")
+        return text, pd.DataFrame(result.failures, columns=["item", "external id", "error"])
+
+    def cancel_run() -> str:
+        event = studio.cancels.get(studio.project)
+        if event is None:
+            return "No run is going."
+        event.set()
+        return "Cancelling after the current batch…"
+
+    start.click(run, [which], [report, failures], api_name="prelabel")
+    stop.click(cancel_run, [], [report], api_name="prelabel_cancel", queue=False)
+
+
+def build_export(studio: Studio) -> None:
+    with gr.Row():
+        fmt = gr.Dropdown(["jsonl", "csv", "parquet", "hf"], value="jsonl", label="Format", elem_id="export-format")
+        reviewed = gr.Checkbox(True, label="Only items with a human answer", elem_id="export-reviewed")
+        annotator = gr.Textbox(label="Only this annotator (optional)", elem_id="export-annotator")
+    go = gr.Button("Export", variant="primary", elem_id="export-go")
+    note = gr.Markdown(elem_id="export-note")
+    download = gr.DownloadButton("Download", visible=False, elem_id="export-download")
+
+    def run(fmt_name: str, reviewed_only: bool, who: str, request: gr.Request) -> tuple[str, Any]:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        target = studio.export_dir / f"{studio.project}-{stamp}.{ 'jsonl' if fmt_name == 'jsonl' else fmt_name}"
+        try:
+            count = export_project(studio.db, studio.project, target, fmt_name, annotator=who.strip() or None,
+                                   reviewed_only=reviewed_only, actor=studio.annotator(request))
+        except (SourceError, repo.NotFound) as exc:
+            return f"⚠️ {html.escape(str(exc))}", gr.update(visible=False)
+        if fmt_name == "hf":  # a dataset is a folder: hand it over as one zip
+            target = Path(shutil.make_archive(str(target), "zip", target))
+        return f"Exported {count} items.", gr.update(value=str(target), visible=True)
+
+    go.click(run, [fmt, reviewed, annotator], [note, download], api_name="export")

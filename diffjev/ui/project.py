@@ -1,0 +1,99 @@
+"""The Project tab: the schema as JSON (add, edit, reorder or remove questions there), an optional
+response template, a live preview of the prompt and canvas the model will see, and Save, which makes a
+new schema version when anything changed."""
+
+from __future__ import annotations
+
+import html
+import json
+import gradio as gr
+
+from diffjev.canvas import CanvasBuilder
+from diffjev.errors import SchemaError
+from diffjev.schema import Schema
+from diffjev.storage import repo
+from diffjev.ui.context import Studio
+
+PREVIEW_STATE = "Everything is down and we have a demo at noon."
+
+
+def parse(schema_text: str, template_text: str) -> Schema:
+    try:
+        data = json.loads(schema_text)
+    except ValueError as exc:
+        raise SchemaError(f"the schema is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise SchemaError("the schema must be a JSON object with a 'questions' list")
+    data = {k: v for k, v in data.items() if k != "template"}
+    if template_text.strip():
+        data["template"] = template_text
+    return Schema.from_dict(data)
+
+
+def canvas_preview(builder: CanvasBuilder, schema: Schema) -> str:
+    """The prompt as text, then the canvas token by token: fixed text plain, each slot marked as noise
+    with its position and the token every label would put there."""
+    canvas = builder.build(schema, PREVIEW_STATE, seed=42)
+    tokenizer = builder.tokenizer
+    slot_of = {pos: qid for qid, pos in canvas.slots.items()}
+    chips = []
+    for pos, tid in enumerate(canvas.ids):
+        if pos in slot_of:
+            qid = slot_of[pos]
+            q = schema.question(qid)
+            labels = ", ".join(f"{html.escape(label)}→{tid_}" for label, tid_ in zip(q.labels, canvas.label_ids[qid]))
+            chips.append(f"<span class='dj-slot' title='labels: {labels}'>▒ {html.escape(qid)} @{pos}</span>")
+        else:
+            chips.append(f"<span class='dj-tok'>{html.escape(tokenizer.decode([tid]))}</span>")
+    slots = "".join(
+        f"<li><b>{html.escape(q.id)}</b>: position {canvas.slots[q.id]}, label tokens "
+        + ", ".join(f"<code>{html.escape(label)}</code> = {tid}" for label, tid in zip(q.labels, canvas.label_ids[q.id]))
+        + "</li>" for q in schema.questions)
+    prompt = html.escape(tokenizer.decode(list(canvas.prompt_ids)))
+    return (f"<div class='dj-preview'><h4>Prompt ({len(canvas.prompt_ids)} tokens)</h4><pre>{prompt}</pre>"
+            f"<h4>Canvas ({canvas.width} tokens; slots are noise until the read)</h4>"
+            f"<div class='dj-canvas'>{''.join(chips)}</div><ul>{slots}</ul></div>")
+
+
+def build(studio: Studio) -> None:
+    _, schema, _, _ = studio.schema()
+    data = schema.to_dict()
+    template = data.pop("template", "")
+    gr.Markdown("Edit the questions as JSON: each has an `id`, a `type` (yes_no, choice, score), `instructions`, "
+                "and `options` or `levels` (names, or `{name, description}`). Order here is the order on the "
+                "canvas. The template is optional: one `{question_id}` slot per question.")
+    with gr.Row():
+        with gr.Column():
+            schema_box = gr.Code(json.dumps(data, indent=2), language="json", label="Schema", elem_id="schema-json")
+            template_box = gr.Textbox(template, lines=3, label="Response template (optional)",
+                                      placeholder="Urgent: {urgent}\nTeam: {team}\nTone: {tone}/3",
+                                      elem_id="schema-template")
+            error = gr.Markdown(elem_id="schema-error")
+            save = gr.Button("Save schema", variant="primary", elem_id="schema-save")
+        with gr.Column():
+            preview = gr.HTML(elem_id="canvas-preview")
+
+    def show(schema_text: str, template_text: str) -> tuple[str, str]:
+        try:
+            parsed = parse(schema_text, template_text)
+            return "", canvas_preview(studio.preview_builder(), parsed)
+        except SchemaError as exc:
+            return f"⚠️ {html.escape(str(exc))}", ""
+
+    def store(schema_text: str, template_text: str, request: gr.Request) -> tuple[str, str]:
+        try:
+            parsed = parse(schema_text, template_text)
+            studio.preview_builder().layout(parsed)  # refuse a template the model cannot read
+        except SchemaError as exc:
+            return f"⚠️ {html.escape(str(exc))}", gr.update()
+        with studio.db.session() as session:
+            project = repo.get_project(session, studio.project)
+            version = repo.save_schema(session, project, parsed, studio.annotator(request)).version
+        return f"Saved as schema version {version}. Reload the page to annotate with it.", \
+            canvas_preview(studio.preview_builder(), parsed)
+
+    schema_box.change(show, [schema_box, template_box], [error, preview], api_name="preview_schema")
+    template_box.change(show, [schema_box, template_box], [error, preview], api_visibility="private")
+    save.click(store, [schema_box, template_box], [error, preview], api_name="save_schema")
+    studio.on_load.append((show, [schema_box, template_box], [error, preview]))
+

@@ -1,0 +1,137 @@
+"""The studio: the tabs, the header that names the engine, the Jev API on the same server, and start-up
+(the database's location, a demo project on a first start, logins)."""
+
+from __future__ import annotations
+
+import html
+import logging
+import os
+import threading
+from pathlib import Path
+
+import gradio as gr
+from fastapi import FastAPI
+
+from diffjev.api import jev_router
+from diffjev.demo import TICKETS_SCHEMA, demo_tickets
+from diffjev.engines.auto import ChosenEngine, EngineChoice, choose_engine
+from diffjev.schema import Schema
+from diffjev.services.importing import import_items
+from diffjev.services.prelabel import prelabel
+from diffjev.storage import repo
+from diffjev.storage.db import Database
+from diffjev.ui import annotate, data, project, review
+from diffjev.ui.context import Studio
+
+log = logging.getLogger("diffjev")
+DEMO_PROJECT = "demo-support-tickets"
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+CSS = """
+.dj-item .dj-id { color: #6b7280; font-size: .85em; }
+.dj-item .dj-text { white-space: pre-wrap; font-size: 1.15em; line-height: 1.5; }
+.dj-fields th { text-align: left; padding-right: 1em; color: #6b7280; }
+.dj-canvas { display: flex; flex-wrap: wrap; gap: 2px; font-family: monospace; }
+.dj-tok { background: #f3f4f6; padding: 0 3px; white-space: pre; }
+.dj-slot { background: #fde68a; padding: 0 3px; font-weight: bold; }
+.dj-preview pre { white-space: pre-wrap; max-height: 20em; overflow: auto; }
+"""
+
+
+def default_db_location() -> str:
+    """$DIFFJEV_DB, else /data/diffjev.db where /data is writable (Spaces' persistent storage), else ./diffjev.db."""
+    if os.environ.get("DIFFJEV_DB"):
+        return os.environ["DIFFJEV_DB"]
+    if os.path.isdir("/data") and os.access("/data", os.W_OK):
+        return "/data/diffjev.db"
+    return "diffjev.db"
+
+
+def ensure_project(db: Database, actor: str = "studio") -> tuple[str, bool]:
+    """The project to open ($DIFFJEV_PROJECT, else the first), creating the demo on a first start.
+    Returns (name, created)."""
+    wanted = os.environ.get("DIFFJEV_PROJECT")
+    with db.read() as session:
+        names = list(session.scalars(repo.select(repo.Project.name).order_by(repo.Project.id)))
+    if wanted:
+        if wanted not in names:
+            raise repo.NotFound(f"DIFFJEV_PROJECT names {wanted!r}, which is not in the database; projects: "
+                                f"{', '.join(names) or 'none'}")
+        return wanted, False
+    if names:
+        return names[0], False
+    with db.session() as session:
+        repo.create_project(session, DEMO_PROJECT, Schema.from_dict(TICKETS_SCHEMA), actor)
+    import pandas as pd
+
+    import_items(db, DEMO_PROJECT, pd.DataFrame(demo_tickets()), id_field="id", actor=actor)
+    return DEMO_PROJECT, True
+
+
+def users_from_env() -> list[tuple[str, str]] | None:
+    """DIFFJEV_USERS="alice:secret,bob:secret" turns on the login."""
+    raw = os.environ.get("DIFFJEV_USERS", "").strip()
+    if not raw:
+        return None
+    pairs = []
+    for entry in raw.split(","):
+        name, sep, password = entry.strip().partition(":")
+        if not sep or not name or not password:
+            raise ValueError("DIFFJEV_USERS must be user:password pairs separated by commas")
+        pairs.append((name, password))
+    return pairs
+
+
+def build_blocks(studio: Studio) -> gr.Blocks:
+    with gr.Blocks(title="diffjev") as blocks:
+        banner = ("⚠️ " if studio.chosen.fallback else "") + \
+            f"**Pre-labels from:** {html.escape(studio.chosen.description)} · project **{html.escape(studio.project)}**"
+        gr.Markdown(f"# diffjev\n{banner}", elem_id="engine-banner")
+        with gr.Tabs():
+            with gr.Tab("Annotate", id="annotate"):
+                annotate.build(studio)
+            with gr.Tab("Project", id="project"):
+                project.build(studio)
+            with gr.Tab("Import", id="import"):
+                data.build_import(studio)
+            with gr.Tab("Pre-label", id="prelabel"):
+                data.build_prelabel(studio)
+            with gr.Tab("Review", id="review"):
+                review.build(studio)
+            with gr.Tab("Export", id="export"):
+                data.build_export(studio)
+        for handler, inputs, outputs in studio.on_load:
+            blocks.load(handler, inputs, outputs, api_visibility="private")
+    return blocks
+
+
+def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> FastAPI:
+    """The studio's server: the Jev API at /v1/systemone and the Gradio app at /."""
+    app = FastAPI(title="diffjev studio")
+    app.include_router(jev_router(studio.chosen.engine, studio.chosen.engine.model_name))
+    return gr.mount_gradio_app(app, build_blocks(studio), path="/", auth=auth, css=CSS, head=annotate.KEYS_JS,
+                               allowed_paths=[str(studio.export_dir)], max_file_size="200mb")
+
+
+def main() -> None:
+    import uvicorn
+
+    logging.basicConfig(level=logging.WARNING, format="diffjev: %(message)s")
+    log.setLevel(logging.INFO)
+    db = Database(default_db_location())
+    name, created = ensure_project(db)
+    chosen: ChosenEngine = choose_engine(EngineChoice())
+    log.info("database %s, project %s, pre-labels from %s", db.url, name, chosen.description)
+    auth = users_from_env()
+    host = os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1")
+    if auth is None and host not in LOCAL_HOSTS:
+        log.warning("listening on %s with no login: anyone who can reach it can annotate as 'local'. "
+                    "Set DIFFJEV_USERS=user:password,... to require a login.", host)
+    if created:  # something to label at once: pre-label the demo in the background
+        threading.Thread(target=prelabel, args=(db, name, chosen.engine), daemon=True, name="demo-prelabel").start()
+    studio = Studio(db, chosen, name)
+    uvicorn.run(create_app(studio, auth), host=host, port=int(os.environ.get("PORT", 7860)), log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

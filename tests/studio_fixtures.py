@@ -1,0 +1,33 @@
+"""A real studio on localhost: a temporary SQLite file, a tiny-model engine, uvicorn in a thread."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from diffjev import Schema
+from diffjev.engines.auto import ChosenEngine
+from diffjev.services.importing import import_items
+from diffjev.services.prelabel import prelabel
+from diffjev.storage import repo
+from diffjev.storage.db import Database
+from diffjev.ui.context import Studio
+from diffjev.ui.studio import create_app
+from conftest import LocalServer, TICKETS
+
+BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def studio_db(path, texts, prelabel_with=None, name="tickets"):
+    db = Database(path)
+    with db.session() as session:
+        repo.create_project(session, name, Schema.from_dict({**TICKETS, "samples": 1}), "owner")
+    import_items(db, name, pd.DataFrame({"id": [f"t{i}" for i in range(len(texts))], "text": texts}), id_field="id")
+    if prelabel_with is not None:
+        prelabel(db, name, prelabel_with)
+    return db
+
+
+def serve_studio(db, engine, name="tickets", auth=None):
+    studio = Studio(db, ChosenEngine(engine, "transformers, tiny random DiffusionGemma"), name)
+    return LocalServer(create_app(studio, auth)), studio
