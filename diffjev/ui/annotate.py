@@ -141,6 +141,11 @@ def build(studio: Studio) -> None:
     def skip_item(session: dict | None, request: gr.Request) -> tuple:
         return respond(session, None, "skipped", request)
 
+    def questions() -> Any:  # the schema may have a new version since the server started
+        current = [q.id for q in studio.schema()[1].questions]
+        return gr.update(choices=current, value=current[0])
+
+    studio.on_load.append((questions, [], [question]))
     start.click(start_queue, [question, queue], outputs, api_name="annotate_start")
     accept.click(accept_answer, [state], outputs, api_name="accept")
     for k, button in enumerate(picks):

@@ -19,13 +19,13 @@ PREVIEW_STATE = "Everything is down and we have a demo at noon."
 
 def parse(schema_text: str, template_text: str) -> Schema:
     try:
-        data = json.loads(schema_text)
+        data = json.loads(schema_text or "")
     except ValueError as exc:
         raise SchemaError(f"the schema is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise SchemaError("the schema must be a JSON object with a 'questions' list")
     data = {k: v for k, v in data.items() if k != "template"}
-    if template_text.strip():
+    if template_text and template_text.strip():
         data["template"] = template_text
     return Schema.from_dict(data)
 
@@ -56,16 +56,13 @@ def canvas_preview(builder: CanvasBuilder, schema: Schema) -> str:
 
 
 def build(studio: Studio) -> None:
-    _, schema, _, _ = studio.schema()
-    data = schema.to_dict()
-    template = data.pop("template", "")
     gr.Markdown("Edit the questions as JSON: each has an `id`, a `type` (yes_no, choice, score), `instructions`, "
                 "and `options` or `levels` (names, or `{name, description}`). Order here is the order on the "
                 "canvas. The template is optional: one `{question_id}` slot per question.")
     with gr.Row():
         with gr.Column():
-            schema_box = gr.Code(json.dumps(data, indent=2), language="json", label="Schema", elem_id="schema-json")
-            template_box = gr.Textbox(template, lines=3, label="Response template (optional)",
+            schema_box = gr.Code(language="json", label="Schema", elem_id="schema-json")
+            template_box = gr.Textbox(lines=3, label="Response template (optional)",
                                       placeholder="Urgent: {urgent}\nTeam: {team}\nTone: {tone}/3",
                                       elem_id="schema-template")
             error = gr.Markdown(elem_id="schema-error")
@@ -95,5 +92,12 @@ def build(studio: Studio) -> None:
     schema_box.change(show, [schema_box, template_box], [error, preview], api_name="preview_schema")
     template_box.change(show, [schema_box, template_box], [error, preview], api_visibility="private")
     save.click(store, [schema_box, template_box], [error, preview], api_name="save_schema")
-    studio.on_load.append((show, [schema_box, template_box], [error, preview]))
+
+    def current() -> tuple[str, str, str, str]:
+        latest = studio.schema()[1]
+        data = latest.to_dict()
+        template = data.pop("template", "")
+        return json.dumps(data, indent=2), template, *show(json.dumps(data), template)
+
+    studio.on_load.append((current, [], [schema_box, template_box, error, preview]))
 

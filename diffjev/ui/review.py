@@ -42,6 +42,10 @@ def build(studio: Studio) -> None:
             return f"⚠️ {html.escape(str(exc))}"
         return f"Item {int(item_id)}, {html.escape(key)}: changed to {html.escape(answer.strip())}."
 
+    def questions() -> Any:
+        return gr.update(choices=[q.id for q in studio.schema()[1].questions])
+
+    studio.on_load.append((questions, [], [question]))
     refresh.click(tables, [], [summary, disagree, unsure], api_name="review")
     change.click(reopen, [item, question, value], [note], api_name="review_change")
     studio.on_load.append((tables, [], [summary, disagree, unsure]))

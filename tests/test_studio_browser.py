@@ -1,0 +1,115 @@
+"""The studio in a real browser (Debian chromium through Playwright): a whole session from schema to
+export, driven by the keyboard where annotators use it, and an item's markup shown as text."""
+
+import json
+import os
+import shutil
+
+import pytest
+from playwright.sync_api import sync_playwright
+from sqlalchemy import select
+
+from diffjev.storage.models import Response
+from studio_fixtures import BROWSER_ARGS, serve_studio, studio_db
+
+SMALL_SCHEMA = {"instructions": "Support tickets.", "questions": [
+    {"id": "urgent", "type": "yes_no", "instructions": "Does it need a reply within the hour?"},
+    {"id": "team", "type": "choice", "instructions": "Which team?", "options": ["billing", "technical", "account"]},
+], "samples": 1}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True,
+                              args=BROWSER_ARGS)
+        yield b
+        b.close()
+
+
+def test_schema_import_prelabel_annotate_by_keyboard_undo_and_export(browser, tmp_path, dgemma_engine):
+    db = studio_db(tmp_path / "studio.db", ["placeholder"])  # the project starts with the demo's schema
+    server, studio = serve_studio(db, dgemma_engine)
+    csv_path = tmp_path / "tickets.csv"
+    csv_path.write_text("id,body,plan\nk1,The site is down,pro\nk2,Refund my invoice,free\nk3,,pro\n"
+                        "k4,Add two seats,team\n")
+    with server:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(server.url)
+        # Project: replace the schema with a smaller one and save it as a new version.
+        page.get_by_role("tab", name="Project").click()
+        page.locator("#schema-json .cm-content").click()
+        page.keyboard.press("Control+A")
+        page.keyboard.insert_text(json.dumps(SMALL_SCHEMA, indent=1))
+        page.wait_for_function("document.querySelector('#canvas-preview').innerText.includes('urgent @')")
+        page.locator("#schema-save").click()
+        page.wait_for_function("document.querySelector('#schema-error').innerText.includes('schema version 2')")
+        page.reload()
+        # Import a CSV, choosing its text column.
+        page.get_by_role("tab", name="Import").click()
+        page.locator("#import-file input[type=file]").set_input_files(str(csv_path))
+        page.locator("#import-preview").click()
+        page.wait_for_function("document.querySelector('#import-table').innerText.includes('Refund my invoice')")
+        page.locator("#import-text input").fill("body")
+        page.keyboard.press("Enter")
+        page.locator("#import-go").click()
+        page.wait_for_function("document.querySelector('#import-report').innerText.includes('Imported 3')")
+        assert "line 4: empty text" in page.inner_text("#import-report")
+        # Pre-label.
+        page.get_by_role("tab", name="Pre-label").click()
+        page.locator("#prelabel-start").click()
+        page.wait_for_function("document.querySelector('#prelabel-report').innerText.includes('completed')",
+                               timeout=60_000)
+        # Annotate "team" in order: accept with Enter, correct with a number key, then undo the correction.
+        page.get_by_role("tab", name="Annotate").click()
+        page.locator("#annotate-question input").fill("team")
+        page.keyboard.press("Enter")
+        page.locator("#annotate-queue input").fill("Unlabeled, in order")
+        page.keyboard.press("Enter")
+        page.locator("#annotate-start").click()
+        page.wait_for_selector("#item .dj-text")
+        first = page.inner_text("#item .dj-id")
+        page.locator("body").click(position={"x": 5, "y": 5})
+        os.environ.get("DIFFJEV_SCREENSHOTS") and page.screenshot(
+            path=os.path.join(os.environ["DIFFJEV_SCREENSHOTS"], "annotate.png"))
+        page.screenshot(path=str(tmp_path / "annotate.png"))
+        page.keyboard.press("Enter")
+        page.wait_for_function(f"document.querySelector('#item .dj-id').innerText !== {json.dumps(first)}")
+        second = page.inner_text("#item .dj-id")
+        model_answer = page.inner_text("#suggestion-info").split("Model: ")[1].split(",")[0].strip()
+        corrected = next(n for n in ("billing", "technical", "account") if n != model_answer)
+        page.keyboard.press(str(["billing", "technical", "account"].index(corrected) + 1))
+        page.wait_for_function(f"document.querySelector('#item .dj-id').innerText !== {json.dumps(second)}")
+        page.keyboard.press("u")
+        page.wait_for_function(f"document.querySelector('#item .dj-id').innerText === {json.dumps(second)}")
+        # Export what was answered.
+        page.get_by_role("tab", name="Export").click()
+        page.locator("#export-go").click()
+        page.wait_for_function("document.querySelector('#export-note').innerText.includes('Exported 1 items')")
+        with page.expect_download() as download:
+            page.locator("#export-download").click()
+        exported = [json.loads(line) for line in open(download.value.path()).read().splitlines()]
+    assert (tmp_path / "annotate.png").stat().st_size > 10_000
+    with db.read() as session:
+        rows = session.scalars(select(Response)).all()
+    assert [(r.source, r.annotator, r.suggestion_shown, r.status) for r in rows] == [
+        ("accepted", "local", True, "submitted")]
+    assert rows[0].seconds > 0
+    assert len(exported) == 1 and exported[0]["external_id"] == first.removeprefix("item ")
+    assert exported[0]["team_source"] == "accepted" and exported[0]["team"] == exported[0]["team_model"]
+    assert set(exported[0]) >= {"urgent", "team", "team_distribution"} and "tone" not in exported[0]
+
+
+def test_markup_in_an_item_is_shown_as_text_and_never_runs(browser, tmp_path, dgemma_engine):
+    hostile = "<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned = 2\"> and <b>bold</b>"
+    db = studio_db(tmp_path / "escape.db", [hostile], dgemma_engine)
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        page = browser.new_page()
+        page.goto(server.url)
+        page.locator("#annotate-start").click()
+        page.wait_for_selector("#item .dj-text")
+        page.wait_for_timeout(300)
+        assert page.inner_text("#item .dj-text") == hostile
+        assert page.evaluate("window.__pwned") is None
+        assert page.locator("#item img").count() == 0 and page.locator("#item b").count() == 0
