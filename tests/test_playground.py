@@ -1,22 +1,20 @@
-"""The read playground as a real Gradio app on localhost, driven through gradio_client."""
+"""The "Try a read" tab of the studio on localhost, driven through gradio_client."""
 
 import json
 
 import pytest
 from gradio_client import Client
 
-from diffjev.engines.auto import ChosenEngine
-from diffjev.ui.playground import DEMO_SCHEMA, build_app
-from conftest import free_port
+from diffjev.ui.playground import DEMO_SCHEMA
+from studio_fixtures import serve_studio, studio_db
 
 
 @pytest.fixture(scope="module")
-def playground(dgemma_engine):
-    app = build_app(ChosenEngine(dgemma_engine, "transformers, tiny random DiffusionGemma"))
-    port = free_port()
-    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
-    yield Client(f"http://127.0.0.1:{port}/", verbose=False)
-    app.close()
+def playground(tmp_path_factory, dgemma_engine):
+    db = studio_db(tmp_path_factory.mktemp("try") / "try.db", ["x"])
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        yield Client(server.url, verbose=False)
 
 
 def test_a_read_draws_each_questions_distribution(playground):

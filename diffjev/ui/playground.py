@@ -1,5 +1,5 @@
-"""The read playground: write a schema, paste an item, and see every question's distribution from one
-structured read. It is the first tab of the studio; the labeling tabs build on the same services."""
+"""The "Try a read" tab: write a schema, paste an item, and see every question's distribution from one
+structured read, with nothing stored."""
 
 from __future__ import annotations
 
@@ -43,7 +43,9 @@ CSS = """
 """
 
 
-def build_app(chosen: ChosenEngine) -> gr.Blocks:
+def build(chosen: ChosenEngine) -> None:
+    """The "Try a read" tab: one read of one item, nothing stored."""
+
     def run(schema_text: str, state_text: str) -> tuple[str, Any, str]:
         try:
             schema = Schema.from_dict(json.loads(schema_text))
@@ -64,18 +66,14 @@ def build_app(chosen: ChosenEngine) -> gr.Blocks:
         return distribution_html(decision), decision.to_jev(), \
             f"{decision.diagnostics.get('draws', 1)} draw(s), {seconds * 1000:.0f} ms"
 
-    with gr.Blocks(title="diffjev") as app:
-        banner = ("⚠️ " if chosen.fallback else "") + f"**Pre-labels from:** {html.escape(chosen.description)}"
-        gr.Markdown(f"# diffjev\n{banner}", elem_id="engine-banner")
-        with gr.Row():
-            with gr.Column():
-                schema_box = gr.Code(json.dumps(DEMO_SCHEMA, indent=2), language="json", label="Schema",
-                                     elem_id="schema")
-                state_box = gr.Textbox(DEMO_STATE, lines=4, label="Item (text or JSON)", elem_id="state")
-                go = gr.Button("Read", variant="primary", elem_id="read")
-            with gr.Column():
-                status = gr.Markdown(elem_id="status")
-                bars = gr.HTML(elem_id="distributions")
-                jev = gr.JSON(label="Jev answer shapes")
-        go.click(run, [schema_box, state_box], [bars, jev, status], api_name="read")
-    return app
+    with gr.Row():
+        with gr.Column():
+            schema_box = gr.Code(json.dumps(DEMO_SCHEMA, indent=2), language="json", label="Schema",
+                                 elem_id="try-schema")
+            state_box = gr.Textbox(DEMO_STATE, lines=4, label="Item (text or JSON)", elem_id="try-state")
+            go = gr.Button("Read", variant="primary", elem_id="try-read")
+        with gr.Column():
+            status = gr.Markdown(elem_id="try-status")
+            bars = gr.HTML(elem_id="try-distributions")
+            jev = gr.JSON(label="Jev answer shapes")
+    go.click(run, [schema_box, state_box], [bars, jev, status], api_name="read")

@@ -20,7 +20,7 @@ from diffjev.services.importing import import_items
 from diffjev.services.prelabel import prelabel
 from diffjev.storage import repo
 from diffjev.storage.db import Database
-from diffjev.ui import annotate, data, project, review
+from diffjev.ui import annotate, data, playground, project, review
 from diffjev.ui.context import Studio
 
 log = logging.getLogger("diffjev")
@@ -100,6 +100,8 @@ def build_blocks(studio: Studio) -> gr.Blocks:
                 review.build(studio)
             with gr.Tab("Export", id="export"):
                 data.build_export(studio)
+            with gr.Tab("Try a read", id="try"):
+                playground.build(studio.chosen)
         for handler, inputs, outputs in studio.on_load:
             blocks.load(handler, inputs, outputs, api_visibility="private")
     return blocks
@@ -109,7 +111,8 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
     """The studio's server: the Jev API at /v1/systemone and the Gradio app at /."""
     app = FastAPI(title="diffjev studio")
     app.include_router(jev_router(studio.chosen.engine, studio.chosen.engine.model_name))
-    return gr.mount_gradio_app(app, build_blocks(studio), path="/", auth=auth, css=CSS, head=annotate.KEYS_JS,
+    return gr.mount_gradio_app(app, build_blocks(studio), path="/", auth=auth, css=CSS + playground.CSS,
+                               head=annotate.KEYS_JS,
                                allowed_paths=[str(studio.export_dir)], max_file_size="200mb")
 
 

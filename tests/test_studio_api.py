@@ -1,0 +1,92 @@
+"""The studio's endpoints through gradio_client, with logins; and its Jev API over plain HTTP."""
+
+import json
+
+import httpx
+import pytest
+from gradio_client import Client, handle_file
+from sqlalchemy import select
+
+from diffjev.storage.models import Response
+from studio_fixtures import serve_studio, studio_db
+
+USERS = [("alice", "a-secret"), ("bob", "b-secret")]
+
+
+@pytest.fixture(scope="module")
+def studio(tmp_path_factory, dgemma_engine):
+    folder = tmp_path_factory.mktemp("studio-api")
+    db = studio_db(folder / "api.db", [f"Ticket {i}: something broke" for i in range(8)], dgemma_engine)
+    server, context = serve_studio(db, dgemma_engine, auth=USERS)
+    with server:
+        yield server, db
+
+
+def client(server, user):
+    return Client(server.url, auth=user, verbose=False)
+
+
+def test_two_annotators_never_get_the_same_leased_item(studio):
+    server, db = studio
+    alice, bob = client(server, USERS[0]), client(server, USERS[1])
+    a = alice.predict("team", "Least confidence first", api_name="/annotate_start")
+    b = bob.predict("team", "Least confidence first", api_name="/annotate_start")
+    item_a, item_b = a[1], b[1]  # (gr.State is not returned to API clients)
+    assert "dj-text" in item_a and "dj-text" in item_b and item_a != item_b  # two different items shown
+    alice.predict(api_name="/accept")
+    with db.read() as session:
+        row = session.scalar(select(Response).where(Response.annotator == "alice"))
+    assert row.source == "accepted" and row.suggestion_shown
+
+
+def test_main_endpoints_import_prelabel_review_export(studio, tmp_path):
+    server, _ = studio
+    alice = client(server, USERS[0])
+    path = tmp_path / "more.jsonl"
+    path.write_text("\n".join(json.dumps({"text": f"New ticket {i}"}) for i in range(3)) + "\n{broken\n")
+    _, text_column, _, _ = alice.predict(handle_file(str(path)), "", api_name="/import_preview")
+    report = alice.predict(handle_file(str(path)), "", "text", "", [], api_name="/import_items")
+    assert "Imported 3" in report and "line 4: not valid JSON" in report
+    summary, failures = alice.predict("Only items nobody has answered", api_name="/prelabel")
+    assert "completed" in summary and "0 failed" in summary
+    per_question, _, _ = alice.predict(api_name="/review")
+    assert [row[0] for row in per_question["data"]] == ["urgent", "team", "tone"]
+    note, download = alice.predict("csv", False, "", api_name="/export")
+    assert "Exported 11 items" in note
+    path = download["value"] if isinstance(download, dict) else download  # a component update comes as a dict
+    path = path["path"] if isinstance(path, dict) else path
+    assert open(path).readline().startswith("item_id,external_id,text")
+
+
+def test_the_app_needs_a_login(studio):
+    server, _ = studio
+    assert httpx.get(f"{server.url}/config", timeout=10).status_code in (401, 403)
+    with pytest.raises(Exception):
+        Client(server.url, verbose=False).predict("team", "Least confidence first", api_name="/annotate_start")
+
+
+def test_jev_api_answers_with_the_studios_engine(studio):
+    server, _ = studio
+    body = {"state": "Everything is down.", "questions": {
+        "urgent": {"type": "noul", "instructions": "Urgent?"},
+        "team": {"type": "choice", "instructions": "Team?", "criteria": {"billing": None, "tech": "bugs"}}}}
+    data = httpx.post(f"{server.url}/v1/systemone", json=body, timeout=30).json()
+    assert data["object"] == "structured_decision"
+    assert set(data["answers"]) == {"urgent", "team"} and data["answers"]["team"]["choice"] in ("billing", "tech")
+    assert set(data["diagnostics"]["team"]) == {"label_mass", "argmax_is_label"}
+
+
+@pytest.mark.parametrize("change, where", [
+    ({"questions": {"q": {"type": "choice", "instructions": "?", "criteria": {"a": None}}}}, ["questions", "q"]),
+    ({"questions": {"q": {"type": "choice", "instructions": "?", "criteria": {"a": None, "b": None}, "x": 1}}},
+     ["questions", "q", "x"]),
+    ({"questions": {"q": {"type": "rating", "instructions": "?"}}}, ["questions", "q", "type"]),
+    ({"state": None}, ["state"]),
+])
+def test_jev_api_bad_bodies_get_a_422_naming_the_field(studio, change, where):
+    server, _ = studio
+    body = {"state": "x", "questions": {"u": {"type": "noul", "instructions": "?"}}, **change}
+    response = httpx.post(f"{server.url}/v1/systemone", json=body, timeout=30)
+    assert response.status_code == 422
+    locations = [[str(p) for p in d["loc"]] for d in response.json()["detail"]]
+    assert any(loc[1:1 + len(where)] == where for loc in locations), locations
