@@ -179,7 +179,9 @@ class Response(Base):
     """A human's answer to one question for one item."""
 
     __tablename__ = "responses"
-    __table_args__ = (UniqueConstraint("item_id", "question_id", "annotator"),)
+    __table_args__ = (UniqueConstraint("item_id", "question_id", "annotator"),
+                      # covers "how many items are answered for this question", asked on every card
+                      Index("ix_responses_question_id_status_item_id", "question_id", "status", "item_id"))
     id: Mapped[int] = mapped_column(primary_key=True)
     item_id: Mapped[int] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"))
     question_id: Mapped[int] = mapped_column(ForeignKey("questions.id"), index=True)

@@ -146,9 +146,12 @@ def build(studio: Studio) -> None:
         return gr.update(choices=current, value=current[0])
 
     studio.on_load.append((questions, [], [question]))
-    start.click(start_queue, [question, queue], outputs, api_name="annotate_start")
-    accept.click(accept_answer, [state], outputs, api_name="accept")
+    # Answers skip Gradio's queue: each is a few milliseconds of work, and the queue's round trips would
+    # cost more than the work itself on every key an annotator presses.
+    fast = {"queue": False, "show_progress": "hidden"}
+    start.click(start_queue, [question, queue], outputs, api_name="annotate_start", **fast)
+    accept.click(accept_answer, [state], outputs, api_name="accept", **fast)
     for k, button in enumerate(picks):
-        button.click(picker(k), [state], outputs, api_name=f"pick_{k + 1}")
-    skip.click(skip_item, [state], outputs, api_name="skip")
-    undo.click(undo_last, [state, question, queue], outputs, api_name="undo")
+        button.click(picker(k), [state], outputs, api_name=f"pick_{k + 1}", **fast)
+    skip.click(skip_item, [state], outputs, api_name="skip", **fast)
+    undo.click(undo_last, [state, question, queue], outputs, api_name="undo", **fast)
