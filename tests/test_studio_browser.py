@@ -27,6 +27,13 @@ def browser():
         b.close()
 
 
+def choose(page, dropdown: str, option: str) -> None:
+    """Pick a dropdown option with the mouse, and wait until the dropdown shows it."""
+    page.locator(f"{dropdown} input").click()
+    page.get_by_role("option", name=option, exact=True).click()
+    page.wait_for_function(f"document.querySelector('{dropdown} input').value === {json.dumps(option)}")
+
+
 def test_schema_import_prelabel_annotate_by_keyboard_undo_and_export(browser, tmp_path, dgemma_engine):
     db = studio_db(tmp_path / "studio.db", ["placeholder"])  # the project starts with the demo's schema
     server, studio = serve_studio(db, dgemma_engine)
@@ -50,8 +57,7 @@ def test_schema_import_prelabel_annotate_by_keyboard_undo_and_export(browser, tm
         page.locator("#import-file input[type=file]").set_input_files(str(csv_path))
         page.locator("#import-preview").click()
         page.wait_for_function("document.querySelector('#import-table').innerText.includes('Refund my invoice')")
-        page.locator("#import-text input").fill("body")
-        page.keyboard.press("Enter")
+        choose(page, "#import-text", "body")
         page.locator("#import-go").click()
         page.wait_for_function("document.querySelector('#import-report').innerText.includes('Imported 3')")
         assert "line 4: empty text" in page.inner_text("#import-report")
@@ -62,12 +68,11 @@ def test_schema_import_prelabel_annotate_by_keyboard_undo_and_export(browser, tm
                                timeout=60_000)
         # Annotate "team" in order: accept with Enter, correct with a number key, then undo the correction.
         page.get_by_role("tab", name="Annotate").click()
-        page.locator("#annotate-question input").fill("team")
-        page.keyboard.press("Enter")
-        page.locator("#annotate-queue input").fill("Unlabeled, in order")
-        page.keyboard.press("Enter")
+        choose(page, "#annotate-question", "team")
+        choose(page, "#annotate-queue", "Unlabeled, in order")
         page.locator("#annotate-start").click()
         page.wait_for_selector("#item .dj-text")
+        assert page.inner_text("#question-text") == "Which team?"
         first = page.inner_text("#item .dj-id")
         page.locator("body").click(position={"x": 5, "y": 5})
         os.environ.get("DIFFJEV_SCREENSHOTS") and page.screenshot(

@@ -34,8 +34,15 @@ class Studio:
     @staticmethod
     def annotator(request: gr.Request | None) -> str:
         """The logged-in user (Gradio login or Hugging Face OAuth), else the one local annotator."""
-        name = getattr(request, "username", None) if request is not None else None
-        return name or LOCAL_ANNOTATOR
+        if request is None:
+            return LOCAL_ANNOTATOR
+        if getattr(request, "username", None):
+            return request.username
+        try:  # a Space with `hf_oauth: true` keeps the signed-in user in the session
+            info = request.session.get("oauth_info") or {}
+            return info.get("userinfo", {}).get("preferred_username") or LOCAL_ANNOTATOR
+        except (AttributeError, AssertionError, KeyError):  # no session middleware: no OAuth here
+            return LOCAL_ANNOTATOR
 
     def preview_builder(self) -> Any:
         """The canvas builder for previews: the engine's own when it reads canvases, else the offline

@@ -87,6 +87,8 @@ def build_blocks(studio: Studio) -> gr.Blocks:
         banner = ("⚠️ " if studio.chosen.fallback else "") + \
             f"**Pre-labels from:** {html.escape(studio.chosen.description)} · project **{html.escape(studio.project)}**"
         gr.Markdown(f"# diffjev\n{banner}", elem_id="engine-banner")
+        if os.environ.get("OAUTH_CLIENT_ID"):  # a Space with `hf_oauth: true`: sign in with Hugging Face
+            gr.LoginButton()
         with gr.Tabs():
             with gr.Tab("Annotate", id="annotate"):
                 annotate.build(studio)
