@@ -47,8 +47,11 @@ def test_main_endpoints_import_prelabel_review_export(studio, tmp_path):
     _, text_column, _, _ = alice.predict(handle_file(str(path)), "", api_name="/import_preview")
     report = alice.predict(handle_file(str(path)), "", "text", "", [], api_name="/import_items")
     assert "Imported 3" in report and "line 4: not valid JSON" in report
-    summary, failures = alice.predict("Only items nobody has answered", api_name="/prelabel")
+    summary, failures = alice.predict("the studio's engine", "", "", "Only items nobody has answered",
+                                      api_name="/prelabel")
     assert "completed" in summary and "0 failed" in summary
+    with pytest.raises(Exception, match="needs a server URL"):
+        alice.predict("vllm", "", "", "All items", api_name="/prelabel")
     per_question, _, _ = alice.predict(api_name="/review")
     assert [row[0] for row in per_question["data"]] == ["urgent", "team", "tone"]
     note, download = alice.predict("csv", False, "", api_name="/export")

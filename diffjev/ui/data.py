@@ -12,7 +12,10 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from diffjev.engines.auto import ENGINE_CHOICES, EngineChoice, choose_engine
+from diffjev.engines.base import EngineError
 from diffjev.io import SourceError, peek
+from diffjev.models import ModelLoadError
 from diffjev.services.exporting import export_project
 from diffjev.services.importing import import_items
 from diffjev.services.prelabel import prelabel
@@ -71,8 +74,17 @@ def build_import(studio: Studio) -> None:
     go.click(run, [upload, dataset, text_column, id_column, context], [report], api_name="import_items")
 
 
+CONFIGURED = "the studio's engine"
+
+
 def build_prelabel(studio: Studio) -> None:
-    gr.Markdown(f"Engine: **{html.escape(studio.chosen.description)}**")
+    gr.Markdown(f"The studio's engine: **{html.escape(studio.chosen.description)}**. Another engine can "
+                "make a run too, to compare them in Review.")
+    with gr.Row():
+        kind = gr.Dropdown([CONFIGURED, *[k for k in ENGINE_CHOICES if k != "auto"]], value=CONFIGURED,
+                           label="Engine", elem_id="prelabel-engine")
+        url = gr.Textbox(label="Server URL (vllm, jev)", elem_id="prelabel-url")
+        model = gr.Textbox(label="Model (served name, folder or Hub name)", elem_id="prelabel-model")
     which = gr.Radio(["All items", "Only items nobody has answered"], value="All items", label="Items",
                      elem_id="prelabel-which")
     with gr.Row():
@@ -81,14 +93,25 @@ def build_prelabel(studio: Studio) -> None:
     report = gr.Markdown(elem_id="prelabel-report")
     failures = gr.Dataframe(headers=["item", "external id", "error"], interactive=False, elem_id="prelabel-failures")
 
-    def run(which_items: str, request: gr.Request, progress=gr.Progress()) -> tuple[str, Any]:
+    def engine_for(kind_name: str, server: str, model_name: str) -> Any:
+        if kind_name == CONFIGURED:
+            return studio.chosen.engine
+        try:
+            return choose_engine(EngineChoice(kind=kind_name, url=server.strip() or None,
+                                              model=model_name.strip() or None)).engine
+        except (EngineError, ModelLoadError) as exc:
+            raise gr.Error(str(exc)) from None
+
+    def run(kind_name: str, server: str, model_name: str, which_items: str, request: gr.Request,
+            progress=gr.Progress()) -> tuple[str, Any]:
+        engine = engine_for(kind_name, server, model_name)
         cancel = studio.cancels[studio.project] = threading.Event()
 
         def show(p) -> None:
             eta = f", about {p.eta_s:.0f} s left" if p.eta_s is not None else ""
             progress((p.done, p.total), desc=f"{p.items_per_s:.1f} items/s{eta}")
 
-        result = prelabel(studio.db, studio.project, studio.chosen.engine,
+        result = prelabel(studio.db, studio.project, engine,
                           only_unlabeled=which_items.startswith("Only"), actor=studio.annotator(request),
                           progress=show, cancel=cancel)
         text = (f"Run {result.run_id} **{result.status}**: {result.read} items read, {result.failed} failed, "
@@ -102,7 +125,7 @@ def build_prelabel(studio: Studio) -> None:
         event.set()
         return "Cancelling after the current batch…"
 
-    start.click(run, [which], [report, failures], api_name="prelabel")
+    start.click(run, [kind, url, model, which], [report, failures], api_name="prelabel")
     stop.click(cancel_run, [], [report], api_name="prelabel_cancel", queue=False)
 
 
