@@ -33,7 +33,7 @@ from diffjev.canvas import DEFAULT_MAX_WIDTH
 from diffjev.decide import Decision, aggregate, slot_distribution
 from diffjev.engines.transformers import TransformersEngine
 from diffjev.jev import check_upstream_limits, question_canvas
-from diffjev.schema import Schema, SchemaError
+from diffjev.schema import SchemaError
 
 # Sampling fields vLLM rejects on a diffusion request ("not yet supported with diffusion").
 REJECTED_FOR_DIFFUSION = ("temperature", "min_p", "seed", "min_tokens", "logit_bias", "bad_words",
@@ -230,8 +230,7 @@ def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_len
         if req.images or req.audio or req.videos:
             raise RequestError("this server reads text states only; send no images, audio or videos", "images")
         try:
-            schema = Schema.from_dict({"questions": {qid: q.model_dump(exclude_none=True)
-                                                     for qid, q in req.questions.items()}})
+            schema = req.schema()
             check_upstream_limits(schema)
             canvases = [question_canvas(builder, q, req.state, req.instructions or "") for q in schema.questions]
         except SchemaError as exc:

@@ -56,6 +56,15 @@ def dgemma_engine(dgemma, tokenizer):
     return TransformersEngine(dgemma, tokenizer, canvas_length=64)
 
 
+@pytest.fixture(scope="session")
+def tiny_model_folder(tmp_path_factory, dgemma, tokenizer):
+    """The tiny DiffusionGemma and its tokenizer saved as a model folder, for the real loading code."""
+    folder = tmp_path_factory.mktemp("tiny-dgemma")
+    dgemma.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -74,14 +74,6 @@ def test_a_dead_server_is_named_without_a_traceback(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-@pytest.fixture(scope="module")
-def tiny_model_folder(tmp_path_factory, dgemma, tokenizer):
-    folder = tmp_path_factory.mktemp("cli-model")
-    dgemma.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 def test_init_import_prelabel_stats_export_from_the_command_line(tmp_path, tiny_model_folder):
     db = str(tmp_path / "cli.db")
     schema = tmp_path / "schema.json"

@@ -49,19 +49,11 @@ def counts(db, run_id=None):
     return ok, suggestions, distinct, orphans
 
 
-@pytest.fixture(scope="module")
-def model_folder(tmp_path_factory, dgemma, tokenizer):
-    folder = tmp_path_factory.mktemp("tiny-dgemma")
-    dgemma.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
-def test_a_killed_prelabel_resumes_with_every_item_read_once(tmp_path, model_folder):
+def test_a_killed_prelabel_resumes_with_every_item_read_once(tmp_path, tiny_model_folder):
     n = 400
     path = tmp_path / "crash.db"
     db = project_db(path, n)
-    args = ["prelabel", "--db", str(path), "--project", "p", "--engine", "transformers", "--model", str(model_folder),
+    args = ["prelabel", "--db", str(path), "--project", "p", "--engine", "transformers", "--model", str(tiny_model_folder),
             "--batch", "8"]
     proc = subprocess.Popen(CLI + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120

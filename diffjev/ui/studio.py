@@ -15,6 +15,8 @@ from fastapi import FastAPI
 from diffjev.api import jev_router
 from diffjev.demo import TICKETS_SCHEMA, demo_tickets
 from diffjev.engines.auto import ChosenEngine, EngineChoice, choose_engine
+from diffjev.engines.base import EngineError
+from diffjev.models import ModelLoadError
 from diffjev.schema import Schema
 from diffjev.services.importing import import_items
 from diffjev.services.prelabel import prelabel
@@ -123,11 +125,14 @@ def main() -> None:
 
     logging.basicConfig(level=logging.WARNING, format="diffjev: %(message)s")
     log.setLevel(logging.INFO)
-    db = Database(default_db_location())
-    name, created = ensure_project(db)
-    chosen: ChosenEngine = choose_engine(EngineChoice())
+    try:
+        auth = users_from_env()
+        db = Database(default_db_location())
+        name, created = ensure_project(db)
+        chosen: ChosenEngine = choose_engine(EngineChoice())
+    except (EngineError, ModelLoadError, repo.NotFound, ValueError) as exc:  # settings a person can fix
+        raise SystemExit(f"diffjev: {exc}") from None
     log.info("database %s, project %s, pre-labels from %s", db.url, name, chosen.description)
-    auth = users_from_env()
     host = os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1")
     if auth is None and host not in LOCAL_HOSTS:
         log.warning("listening on %s with no login: anyone who can reach it can annotate as 'local'. "
