@@ -68,8 +68,8 @@ def main() -> None:
         times.sort()
         p50 = statistics.median(times) * 1000
         p95 = times[int(0.95 * (len(times) - 1))] * 1000
-        print(f"| items | accepts | p50 accept → next item | p95 | target p95 |")
-        print(f"|---|---|---|---|---|")
+        print("| items | accepts | p50 accept → next item | p95 | target p95 |")
+        print("|---|---|---|---|---|")
         print(f"| {args.items:,} | {args.accepts} | {p50:.0f} ms | {p95:.0f} ms | < {TARGET_P95_MS} ms |")
     finally:
         app.terminate()

@@ -13,7 +13,6 @@ Run: python benchmarks/read_cost.py [--items 15] [--hidden 256] [--layers 4]
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import time
 from typing import Callable
@@ -85,7 +84,7 @@ def main() -> None:
           f"DiffusionGemma with 4 experts (top 2), Gemma 3 dense causal LM; prompt at k=1: {joint_len} tokens "
           f"(joint), {question_len} (per question); {args.items} items per cell, median; "
           f"torch threads {torch.get_num_threads()}\n")
-    header = f"| k | read | model passes / item | median ms / item | × joint diffusion |"
+    header = "| k | read | model passes / item | median ms / item | × joint diffusion |"
     print(header)
     print("|---|---|---|---|---|")
     for k in [int(x) for x in args.ks.split(",")]:

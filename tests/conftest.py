@@ -137,7 +137,6 @@ class LocalPostgres:
             raise RuntimeError(f"{' '.join(cmd)} failed: {done.stdout}{done.stderr}")
 
     def __enter__(self):
-        import os
         import shutil as sh
 
         data = self.folder / "data"

@@ -1,7 +1,6 @@
 """Pre-label runs under faults: a killed process, a failing server, a cancel; and many writers at once."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,7 +10,7 @@ import time
 import pandas as pd
 import pyarrow as pa
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 
 from diffjev import Schema
 from diffjev.engines import VLLMServerEngine

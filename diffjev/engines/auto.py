@@ -48,15 +48,15 @@ def choose_engine(choice: EngineChoice) -> ChosenEngine:
 
         engine = VLLMServerEngine(url, model, choice.tokenizer, canvas_length=choice.canvas_length)
         return ChosenEngine(engine, f"vLLM server at {url}, model {model}")
-    model = choice.model or os.environ.get("DIFFJEV_MODEL") or DEFAULT_DIFFUSION_MODEL
-    if choice.kind == "autoregressive":
+    if choice.kind == "autoregressive":  # DIFFJEV_MODEL names a diffusion model, so only --model applies here
         from diffjev.engines.autoregressive import AutoregressiveEngine
 
-        if choice.model is None and os.environ.get("DIFFJEV_MODEL") is None:
+        if choice.model is None:
             engine = AutoregressiveEngine.offline()
         else:
-            engine = AutoregressiveEngine(model, choice.tokenizer, canvas_length=choice.canvas_length)
+            engine = AutoregressiveEngine(choice.model, choice.tokenizer, canvas_length=choice.canvas_length)
         return ChosenEngine(engine, f"autoregressive baseline, model {engine.model_name}")
+    model = choice.model or os.environ.get("DIFFJEV_MODEL") or DEFAULT_DIFFUSION_MODEL
     from diffjev.engines.transformers import TransformersEngine
 
     try:

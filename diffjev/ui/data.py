@@ -111,9 +111,13 @@ def build_prelabel(studio: Studio) -> None:
             eta = f", about {p.eta_s:.0f} s left" if p.eta_s is not None else ""
             progress((p.done, p.total), desc=f"{p.items_per_s:.1f} items/s{eta}")
 
-        result = prelabel(studio.db, studio.project, engine,
-                          only_unlabeled=which_items.startswith("Only"), actor=studio.annotator(request),
-                          progress=show, cancel=cancel)
+        try:
+            result = prelabel(studio.db, studio.project, engine,
+                              only_unlabeled=which_items.startswith("Only"), actor=studio.annotator(request),
+                              progress=show, cancel=cancel)
+        finally:
+            if engine is not studio.chosen.engine:  # made for this run: release its connections
+                engine.close()
         text = (f"Run {result.run_id} **{result.status}**: {result.read} items read, {result.failed} failed, "
                 f"{result.seconds:.1f} s.")
         return text, pd.DataFrame(result.failures, columns=["item", "external id", "error"])

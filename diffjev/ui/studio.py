@@ -7,10 +7,10 @@ import html
 import logging
 import os
 import threading
-from pathlib import Path
 
 import gradio as gr
 from fastapi import FastAPI
+from sqlalchemy import select
 
 from diffjev.api import jev_router
 from diffjev.demo import TICKETS_SCHEMA, demo_tickets
@@ -22,6 +22,7 @@ from diffjev.services.importing import import_items
 from diffjev.services.prelabel import prelabel
 from diffjev.storage import repo
 from diffjev.storage.db import Database
+from diffjev.storage.models import Project
 from diffjev.ui import annotate, data, playground, project, review
 from diffjev.ui.context import Studio
 
@@ -54,7 +55,7 @@ def ensure_project(db: Database, actor: str = "studio") -> tuple[str, bool]:
     Returns (name, created)."""
     wanted = os.environ.get("DIFFJEV_PROJECT")
     with db.read() as session:
-        names = list(session.scalars(repo.select(repo.Project.name).order_by(repo.Project.id)))
+        names = list(session.scalars(select(Project.name).order_by(Project.id)))
     if wanted:
         if wanted not in names:
             raise repo.NotFound(f"DIFFJEV_PROJECT names {wanted!r}, which is not in the database; projects: "

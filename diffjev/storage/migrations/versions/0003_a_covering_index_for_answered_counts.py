@@ -6,7 +6,6 @@ Create Date: 2026-12-02 17:10:03.261688
 """
 
 from alembic import op
-import sqlalchemy as sa
 
 
 revision = '0003'
