@@ -1,0 +1,133 @@
+"""How far a model's confidence can be trusted, measured against human answers.
+
+Pure functions over arrays: `probs` is (items, answers), each row a distribution; `labels` holds the
+index of the human answer per item. Top-label ECE uses equal-mass bins (each bin the same number of
+items), so sparse confidence ranges do not make noisy bins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy.optimize import minimize_scalar
+from sklearn.metrics import cohen_kappa_score, log_loss, mean_absolute_error
+from sklearn.model_selection import KFold
+
+DEFAULT_BINS = 15
+EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class Bin:
+    confidence: float  # mean top-label confidence in the bin
+    accuracy: float  # share of the bin whose top label is the human answer
+    count: int
+
+
+def _arrays(probs: Sequence[Sequence[float]], labels: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    p = np.asarray(probs, dtype=float)
+    y = np.asarray(labels, dtype=int)
+    if p.ndim != 2 or len(p) != len(y) or len(y) == 0:
+        raise ValueError("give one distribution (a row) and one human answer per item, at least one item")
+    return p, y
+
+
+def reliability_bins(probs, labels, bins: int = DEFAULT_BINS) -> list[Bin]:
+    """Items sorted by top-label confidence and cut into `bins` groups of (nearly) equal size."""
+    p, y = _arrays(probs, labels)
+    confidence = p.max(axis=1)
+    correct = p.argmax(axis=1) == y
+    order = np.argsort(confidence, kind="stable")
+    return [Bin(float(confidence[idx].mean()), float(correct[idx].mean()), len(idx))
+            for idx in np.array_split(order, min(bins, len(order))) if len(idx)]
+
+
+def ece(probs, labels, bins: int = DEFAULT_BINS) -> float:
+    """Top-label expected calibration error: the count-weighted mean |accuracy - confidence| over bins."""
+    found = reliability_bins(probs, labels, bins)
+    total = sum(b.count for b in found)
+    return sum(b.count / total * abs(b.accuracy - b.confidence) for b in found)
+
+
+def brier(probs, labels) -> float:
+    """Multi-class Brier score: the mean over items of the squared distance to the one-hot human answer."""
+    p, y = _arrays(probs, labels)
+    onehot = np.zeros_like(p)
+    onehot[np.arange(len(y)), y] = 1.0
+    return float(((p - onehot) ** 2).sum(axis=1).mean())
+
+
+def nll(probs, labels) -> float:
+    """Negative log-likelihood of the human answers (natural log, mean per item)."""
+    p, y = _arrays(probs, labels)
+    return float(log_loss(y, np.clip(p, EPS, 1.0), labels=list(range(p.shape[1]))))
+
+
+def accuracy(probs, labels) -> float:
+    p, y = _arrays(probs, labels)
+    return float((p.argmax(axis=1) == y).mean())
+
+
+def score_errors(probs, labels) -> tuple[float, float]:
+    """For ordered levels: mean absolute error and quadratic-weighted kappa of the top level."""
+    p, y = _arrays(probs, labels)
+    predicted = p.argmax(axis=1)
+    kappa = cohen_kappa_score(y, predicted, weights="quadratic", labels=list(range(p.shape[1])))
+    return float(mean_absolute_error(y, predicted)), float(np.nan_to_num(kappa, nan=1.0))
+
+
+@dataclass(frozen=True)
+class AcceptPoint:
+    threshold: float  # accept every suggestion whose confidence is at least this
+    coverage: float  # share of items accepted
+    accuracy: float  # accuracy among the accepted
+
+
+def auto_accept_curve(probs, labels) -> list[AcceptPoint]:
+    """For each distinct confidence, what accepting everything at or above it would cover and get right."""
+    p, y = _arrays(probs, labels)
+    confidence = p.max(axis=1)
+    correct = p.argmax(axis=1) == y
+    points = []
+    for t in np.unique(confidence)[::-1]:
+        accepted = confidence >= t
+        points.append(AcceptPoint(float(t), float(accepted.mean()), float(correct[accepted].mean())))
+    return points
+
+
+def threshold_for(curve: Sequence[AcceptPoint], target_accuracy: float) -> AcceptPoint | None:
+    """The point covering the most items whose accuracy still meets the target, or None."""
+    meeting = [pt for pt in curve if pt.accuracy >= target_accuracy]
+    return max(meeting, key=lambda pt: (pt.coverage, -pt.threshold)) if meeting else None
+
+
+def scale(probs, temperature: float) -> np.ndarray:
+    """Distributions re-tempered: softmax(log p / T)."""
+    logp = np.log(np.clip(np.asarray(probs, dtype=float), EPS, 1.0)) / temperature
+    logp -= logp.max(axis=1, keepdims=True)
+    e = np.exp(logp)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def fit_temperature(probs, labels) -> float:
+    """The temperature that minimises the NLL of the human answers (searched over 0.05..20)."""
+    p, y = _arrays(probs, labels)
+    found = minimize_scalar(lambda log_t: nll(scale(p, float(np.exp(log_t))), y),
+                            bounds=(np.log(0.05), np.log(20.0)), method="bounded", options={"xatol": 1e-4})
+    return float(np.exp(found.x))
+
+
+def cross_validated_temperature(probs, labels, folds: int = 5, seed: int = 0) -> tuple[np.ndarray, list[float]]:
+    """Calibrated distributions where each item's temperature was fitted on the other folds only, so no
+    item is scored by a fit that saw it; and the fold temperatures."""
+    p, y = _arrays(probs, labels)
+    folds = max(2, min(folds, len(y)))
+    out = np.empty_like(p)
+    temperatures = []
+    for train, held in KFold(folds, shuffle=True, random_state=seed).split(p):
+        t = fit_temperature(p[train], y[train])
+        temperatures.append(t)
+        out[held] = scale(p[held], t)
+    return out, temperatures
