@@ -97,6 +97,9 @@ def test_model_passes_per_read(dgemma_engine, causal_lm, tokenizer, schema):
     read(one, STATES[0], sequential)
     handle.remove()
     assert len(calls) == 3  # one pass per slot
+    # and each read reports what it cost, for the model comparison
+    assert read(one, STATES[0], sequential).diagnostics["model_passes"] == 3
+    assert read(one, STATES[0], dgemma_engine).diagnostics["model_passes"] == 1
 
 
 def test_read_many_keeps_order_and_records_diagnostics(dgemma_engine, schema):

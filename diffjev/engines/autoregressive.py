@@ -52,6 +52,9 @@ class AutoregressiveEngine(CanvasEngine):
         engine.model_name = OFFLINE_GEMMA
         return engine
 
+    def passes_per_canvas(self, schema) -> int:
+        return len(schema.questions) if self.mode == "sequential" else 1
+
     def read(self, canvases: Sequence[Canvas]) -> list[dict[str, SlotRead]]:
         if self.mode == "single":
             return batched_by_shape(canvases, self.batch_size, self._read_single)

@@ -46,6 +46,10 @@ class CanvasEngine(Engine):
     def read(self, canvases: Sequence[Canvas]) -> list[dict[str, SlotRead]]:
         """For each canvas, each question's slot logprobs over (at least) its label ids."""
 
+    def passes_per_canvas(self, schema: Schema) -> int:
+        """Model forward passes one canvas read costs: one for a joint read."""
+        return 1
+
     def decide_many(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
         self.builder.layout(schema)  # a template that does not fit fails before any read is sent
         states = iter(states)
@@ -92,6 +96,7 @@ class CanvasEngine(Engine):
                 "width": canvases[0].width,
                 "seeds": [c.seed for c in canvases],
                 "draws": len(canvases),
+                "model_passes": len(canvases) * self.passes_per_canvas(schema),
                 "sampling": dataclasses.asdict(schema.sampling),
                 "timing": {"build_s": built - started, "read_s": finished - built, "batch_items": len(states)},
             }

@@ -85,6 +85,7 @@ class JevAPIEngine(Engine):
         diagnostics = {
             "engine": self.name, "model": data.get("model") or self.model_name, "endpoint": where,
             "prompt_ids": None, "canvas_ids": None, "slots": None, "label_ids": None, "draws": 1,
+            "model_passes": len(schema.questions),  # the server reads one canvas per question
             "sampling": "one read per question (the Jev API takes no sampling policy)",
             "usage": data.get("usage"), "timing": {"read_s": time.perf_counter() - started},
         }

@@ -1,0 +1,146 @@
+"""Calibration of a run's suggestions against human answers, per question, and the comparison of runs.
+
+Only items with a human answer count. Blind-slice answers (given with the suggestion hidden) are free of
+the pull of the suggestion, so they are used alone when there are enough of them; otherwise every answer
+is used, and the result says which.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+
+from diffjev import calibration as cal
+from diffjev.services.annotation import project_schema
+from diffjev.storage import repo
+from diffjev.storage.db import Database
+from diffjev.storage.models import ItemRead, Response, Run, Suggestion
+
+MIN_BLIND = 20
+
+
+@dataclass
+class QuestionCalibration:
+    question: str
+    run_id: int
+    answers_used: str  # "blind" or "all"
+    n: int
+    blind_n: int
+    accuracy: float
+    ece: float
+    brier: float
+    nll: float
+    bins: list[cal.Bin]
+    curve: list[cal.AcceptPoint]
+    temperature: float | None = None  # median of the cross-validation folds' fits
+    calibrated: dict[str, float] = field(default_factory=dict)  # ece, brier, nll after temperature scaling
+    mae: float | None = None  # score questions
+    kappa: float | None = None  # score questions: quadratic-weighted
+
+    def summary(self) -> dict[str, Any]:
+        row = {"question": self.question, "run": self.run_id, "answers used": self.answers_used, "items": self.n,
+               "accuracy": round(self.accuracy, 3), "ECE": round(self.ece, 3), "Brier": round(self.brier, 3),
+               "NLL": round(self.nll, 3)}
+        if self.temperature is not None:
+            row.update({"temperature": round(self.temperature, 3), "calibrated ECE": round(self.calibrated["ece"], 3),
+                        "calibrated Brier": round(self.calibrated["brier"], 3)})
+        if self.mae is not None:
+            row.update({"MAE": round(self.mae, 3), "QWK": round(self.kappa, 3)})
+        return row
+
+
+def _pairs(db: Database, run_id: int, question_row: int) -> list[tuple[dict, str, bool]]:
+    """(distribution, human answer, blind) per answered item: the earliest answer per item, or its
+    earliest blind one when there is one."""
+    with db.read() as session:
+        rows = session.execute(
+            select(Suggestion.item_id, Suggestion.distribution, Response.value, Response.suggestion_shown)
+            .join(Response, (Response.item_id == Suggestion.item_id) & (Response.question_id == Suggestion.question_id))
+            .where(Suggestion.run_id == run_id, Suggestion.question_id == question_row,
+                   Response.status == "submitted", Response.value.is_not(None))
+            .order_by(Suggestion.item_id, Response.suggestion_shown, Response.created_at, Response.id)).all()
+    chosen: dict[int, tuple[dict, str, bool]] = {}
+    for item_id, distribution, value, shown in rows:
+        chosen.setdefault(item_id, (distribution, value, not shown))
+    return list(chosen.values())
+
+
+def calibrate(db: Database, project_name: str, run_id: int, question_key: str,
+              folds: int = 5) -> QuestionCalibration | None:
+    """The run's calibration on one question, or None before any item has a human answer."""
+    _, schema, rows, _ = project_schema(db, project_name)
+    question = schema.question(question_key)
+    pairs = _pairs(db, run_id, rows[question_key])
+    blind = [p for p in pairs if p[2]]
+    used, pairs = ("blind", blind) if len(blind) >= MIN_BLIND else ("all", pairs)
+    if not pairs:
+        return None
+    names = list(question.names)
+    probs = [[float(d.get(n, 0.0)) for n in names] for d, _, _ in pairs]
+    labels = [names.index(v) for _, v, _ in pairs]
+    result = QuestionCalibration(question_key, run_id, used, len(pairs), len(blind), cal.accuracy(probs, labels),
+                                 cal.ece(probs, labels), cal.brier(probs, labels), cal.nll(probs, labels),
+                                 cal.reliability_bins(probs, labels), cal.auto_accept_curve(probs, labels))
+    if len(pairs) >= 2 * folds:  # enough for every fold to fit on others and be scored on its own
+        calibrated, temperatures = cal.cross_validated_temperature(probs, labels, folds)
+        result.temperature = statistics.median(temperatures)
+        result.calibrated = {"ece": cal.ece(calibrated, labels), "brier": cal.brier(calibrated, labels),
+                             "nll": cal.nll(calibrated, labels)}
+    if question.kind == "score":
+        result.mae, result.kappa = cal.score_errors(probs, labels)
+    return result
+
+
+def compare_runs(db: Database, project_name: str) -> list[dict[str, Any]]:
+    """One row per run and question: accuracy, ECE and Brier against human answers, with model passes
+    and latency per item, so engines read over the same items can be set side by side."""
+    project_id, schema, rows, _ = project_schema(db, project_name)
+    with db.read() as session:
+        runs = session.execute(select(Run.id, Run.engine, Run.model_name).where(Run.project_id == project_id)
+                               .order_by(Run.id)).all()
+        costs = {}
+        for run_id, _, _ in runs:
+            reads = session.execute(select(ItemRead.latency_ms, ItemRead.diagnostics).where(
+                ItemRead.run_id == run_id, ItemRead.status == "ok")).all()
+            passes = [d.get("model_passes") for _, d in reads if d and d.get("model_passes") is not None]
+            latencies = [lat for lat, _ in reads if lat is not None]
+            costs[run_id] = (statistics.mean(passes) if passes else None,
+                             statistics.median(latencies) if latencies else None, len(reads))
+    table = []
+    for run_id, engine, model in runs:
+        passes, latency, read_items = costs[run_id]
+        for q in schema.questions:
+            found = calibrate(db, project_name, run_id, q.id)
+            table.append({"run": run_id, "engine": engine, "model": model, "question": q.id,
+                          "items read": read_items,
+                          "answered": found.n if found else 0,
+                          "accuracy": round(found.accuracy, 3) if found else None,
+                          "ECE": round(found.ece, 3) if found else None,
+                          "Brier": round(found.brier, 3) if found else None,
+                          "passes / item": round(passes, 2) if passes is not None else None,
+                          "latency ms / item": round(latency, 1) if latency is not None else None})
+    return table
+
+
+def store_temperature(db: Database, run_id: int, question_row: int, temperature: float, fitted_on: int,
+                      actor: str) -> None:
+    """Attach a fitted temperature to a run, in the audit log, so later screens can show it."""
+    with db.session() as session:
+        run = repo.get_run(session, run_id)
+        repo.log(session, actor, "calibration.fitted", run.project_id, question_id=question_row, run_id=run_id,
+                 temperature=temperature, fitted_on=fitted_on)
+
+
+def latest_temperature(db: Database, run_id: int, question_row: int) -> float | None:
+    with db.read() as session:
+        events = session.scalars(select(repo.Event).where(repo.Event.kind == "calibration.fitted",
+                                                          repo.Event.question_id == question_row)
+                                 .order_by(repo.Event.id.desc())).all()
+    for event in events:
+        if event.payload.get("run_id") == run_id:
+            return float(event.payload["temperature"])
+    return None
+
