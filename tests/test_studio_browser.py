@@ -118,3 +118,25 @@ def test_markup_in_an_item_is_shown_as_text_and_never_runs(browser, tmp_path, dg
         assert page.inner_text("#item .dj-text") == hostile
         assert page.evaluate("window.__pwned") is None
         assert page.locator("#item img").count() == 0 and page.locator("#item b").count() == 0
+
+
+def test_review_tab_draws_the_reliability_diagram_and_the_comparison_table(browser, tmp_path, dgemma_engine):
+    from test_calibration_service import seeded
+
+    db, runs = seeded(tmp_path, 40)
+    server, _ = serve_studio(db, dgemma_engine, name="p")
+    with server:
+        page = browser.new_page(viewport={"width": 1280, "height": 1600})
+        page.goto(server.url)
+        page.get_by_role("tab", name="Review").click()
+        choose(page, "#cal-question", "team")
+        page.wait_for_function(f"document.querySelector('#cal-run input').value === '{runs[-1]}'")
+        page.locator("#cal-go").click()
+        page.wait_for_function("document.querySelector('#cal-note').innerText.includes('Answers used: all (40 items')")
+        page.wait_for_function("document.querySelector('#reliability canvas, #reliability svg') !== null")
+        assert "ECE" in page.inner_text("#cal-summary")
+        page.locator("#compare-go").click()
+        page.wait_for_function("document.querySelector('#comparison').innerText.includes('autoregressive-sequential')")
+        text = page.inner_text("#comparison")
+        assert "diffusion" in text and "passes / item" in text
+        page.screenshot(path=str(tmp_path / "review.png"), full_page=True)

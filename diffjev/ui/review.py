@@ -1,5 +1,6 @@
 """The Review tab: per-question acceptance and model accuracy, disagreements, low-confidence accepts,
-and changing an item's answer (recorded as an event)."""
+changing an item's answer (recorded as an event), calibration with its reliability diagram and
+auto-accept curve, and the comparison of runs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from diffjev.services import review
+from sqlalchemy import select
+
+from diffjev import calibration as cal
+from diffjev.services import calibration, review
+from diffjev.storage.models import Run
 from diffjev.ui.context import Studio
 
 
@@ -28,10 +33,65 @@ def build(studio: Studio) -> None:
         change = gr.Button("Change", elem_id="review-change")
     note = gr.Markdown(elem_id="review-note")
 
+    gr.Markdown("**Calibration**: can the model's confidence be trusted? Computed on items with a human "
+                "answer; blind-slice answers are used alone when there are enough of them.")
+    with gr.Row():
+        cal_question = gr.Dropdown([q.id for q in schema.questions], label="Question", elem_id="cal-question")
+        cal_run = gr.Dropdown([], label="Run", elem_id="cal-run")
+        target = gr.Number(0.95, label="Target accuracy for auto-accept", elem_id="cal-target")
+        go = gr.Button("Calibrate", elem_id="cal-go")
+    cal_summary = gr.Dataframe(label="Calibration", interactive=False, elem_id="cal-summary")
+    with gr.Row():
+        diagram = gr.LinePlot(x="confidence", y="accuracy", color="series", label="Reliability diagram",
+                              elem_id="reliability")
+        curve = gr.LinePlot(x="threshold", y="value", color="measure", label="Auto-accept curve",
+                            elem_id="auto-accept")
+    cal_note = gr.Markdown(elem_id="cal-note")
+    gr.Markdown("**Model comparison**: every run over the same items, against the same human answers.")
+    compare = gr.Button("Compare runs", elem_id="compare-go")
+    comparison = gr.Dataframe(label="Runs compared", interactive=False, elem_id="comparison")
+    comparison_csv = gr.DownloadButton("Download CSV", visible=False, elem_id="comparison-csv")
+
+    def runs() -> Any:
+        with studio.db.read() as session:
+            ids = list(session.scalars(select(Run.id).where(Run.project_id == studio.schema()[0]).order_by(Run.id)))
+        return gr.update(choices=ids, value=ids[-1] if ids else None)
+
+    def calibrate(key: str, run_id: int | None, target_accuracy: float) -> tuple:
+        if not key or run_id is None:
+            raise gr.Error("Choose a question and a run.")
+        found = calibration.calibrate(studio.db, studio.project, int(run_id), key)
+        if found is None:
+            return pd.DataFrame(), None, None, "No item has a human answer for this question yet."
+        bins = pd.DataFrame([{"confidence": b.confidence, "accuracy": b.accuracy, "series": "model"}
+                             for b in found.bins]
+                            + [{"confidence": x, "accuracy": x, "series": "perfect"} for x in (0.0, 1.0)])
+        points = pd.DataFrame([{"threshold": p.threshold, "value": p.coverage, "measure": "share accepted"}
+                               for p in found.curve]
+                              + [{"threshold": p.threshold, "value": p.accuracy, "measure": "accuracy"}
+                                 for p in found.curve])
+        best = cal.threshold_for(found.curve, float(target_accuracy or 0))
+        note = (f"Accepting every suggestion with confidence ≥ **{best.threshold:.3f}** would take "
+                f"**{best.coverage:.0%}** of these items at **{best.accuracy:.1%}** accuracy."
+                if best else f"No threshold reaches {target_accuracy:.0%} accuracy on these items.")
+        note += f" Answers used: {found.answers_used} ({found.n} items, {found.blind_n} blind)."
+        return pd.DataFrame([found.summary()]), bins, points, note
+
+    def compare_runs() -> tuple[Any, Any]:
+        table = pd.DataFrame(calibration.compare_runs(studio.db, studio.project))
+        path = studio.export_dir / f"{studio.project}-runs-compared.csv"
+        table.to_csv(path, index=False)
+        return table, gr.update(value=str(path), visible=True)
+
+    studio.on_load.append((runs, [], [cal_run]))
+    go.click(calibrate, [cal_question, cal_run, target], [cal_summary, diagram, curve, cal_note], api_name="calibrate")
+    compare.click(compare_runs, [], [comparison, comparison_csv], api_name="compare_runs")
+
     def tables() -> tuple[Any, Any, Any]:
+        columns = ["item", "external id", "question", "model", "confidence", "human", "annotator", "source"]
         return (pd.DataFrame(review.question_report(studio.db, studio.project)),
-                pd.DataFrame(review.disagreements(studio.db, studio.project)),
-                pd.DataFrame(review.low_confidence_accepts(studio.db, studio.project)))
+                pd.DataFrame(review.disagreements(studio.db, studio.project), columns=columns),
+                pd.DataFrame(review.low_confidence_accepts(studio.db, studio.project), columns=columns))
 
     def reopen(item_id: float | None, key: str, answer: str, request: gr.Request) -> str:
         if item_id is None or not key:
@@ -46,6 +106,7 @@ def build(studio: Studio) -> None:
         return gr.update(choices=[q.id for q in studio.schema()[1].questions])
 
     studio.on_load.append((questions, [], [question]))
+    studio.on_load.append((questions, [], [cal_question]))
     refresh.click(tables, [], [summary, disagree, unsure], api_name="review")
     change.click(reopen, [item, question, value], [note], api_name="review_change")
     studio.on_load.append((tables, [], [summary, disagree, unsure]))
