@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Mapping, Sequence
 
 Distribution = Mapping[str, float]
@@ -56,13 +57,16 @@ def disagreements(first: Sequence[str | None], second: Sequence[str | None]) -> 
 def cluster_texts(texts: Sequence[str], clusters: int, seed: int = 0) -> list[int]:
     """A cluster id per text: k-means over TF-IDF vectors."""
     from sklearn.cluster import KMeans
+    from sklearn.exceptions import ConvergenceWarning
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     clusters = max(1, min(clusters, len(set(texts))))
     if clusters == 1:
         return [0] * len(texts)
     vectors = TfidfVectorizer().fit_transform(texts)
-    return [int(c) for c in KMeans(clusters, n_init=4, random_state=seed).fit_predict(vectors)]
+    with warnings.catch_warnings():  # near-duplicates share a vector: fewer distinct points than clusters is the point
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return [int(c) for c in KMeans(clusters, n_init=4, random_state=seed).fit_predict(vectors)]
 
 
 def diverse_order(priority: Sequence[int], cluster_of: Sequence[int]) -> list[int]:

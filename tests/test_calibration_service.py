@@ -83,3 +83,23 @@ def test_the_comparison_table_sets_runs_side_by_side(tmp_path):
     assert (first["passes / item"], second["passes / item"]) == (1, 3)
     assert (first["latency ms / item"], second["latency ms / item"]) == (10.0, 30.0)
     assert first["answered"] == 12 and first["items read"] == 12
+
+
+def test_a_kept_temperature_shows_as_calibrated_confidence_on_the_card(tmp_path):
+    from diffjev.services import annotation
+
+    db, runs = seeded(tmp_path, 12)
+    project_id, schema, rows, _ = annotation.project_schema(db, "p")
+    question = schema.question("team")
+    with db.read() as session:
+        item = session.scalar(select(Item.id).order_by(Item.id))
+    before = annotation.load_card(db, project_id, item, question, rows["team"], runs[0], "ann")
+    assert before.suggestion["calibrated"] is None
+    service.store_temperature(db, runs[0], rows["team"], 2.0, fitted_on=12, actor="reviewer")
+    after = annotation.load_card(db, project_id, item, question, rows["team"], runs[0], "ann")
+    dist = after.suggestion["distribution"]
+    expected_top = cal.scale([[dist["billing"], dist["technical"], dist["account"]]], 2.0)[0].max()
+    assert after.suggestion["calibrated"] == pytest.approx(expected_top)
+    assert after.suggestion["calibrated"] < after.suggestion["confidence"]  # T > 1 softens an overconfident top
+    other_run = annotation.load_card(db, project_id, item, question, rows["team"], runs[1], "ann")
+    assert other_run.suggestion["calibrated"] is None  # kept for run 1 only

@@ -1,9 +1,15 @@
 """Annotating: the next item from a queue (held by a lease), answers, skips and undo.
 
-Queues, for one question:
+Queues, for one question (see `diffjev.active` for what each measure is for):
 - `in_order`: unlabeled items in import order;
 - `least_confidence`, `margin`, `entropy`: the model's least sure first (lowest top probability;
   smallest gap between the top two answers; highest entropy);
+- `stderr`: the items whose top probability moved most across noise draws;
+- `diverse`: the least confident, spread across clusters of the item texts, so one near-duplicate
+  template cannot fill the queue;
+- `run_disagreement`: items the latest run and the one before answer differently;
+- `second_opinion`: items another annotator answered differently from the model, for a second human;
+- `changed`: answered items whose suggestion changed in the latest run since the human saw it;
 - `blind`: a random open item with the suggestion hidden, so answers there measure the model's
   calibration without the pull of its suggestion.
 """
@@ -17,12 +23,17 @@ from typing import Any
 
 from sqlalchemy import select
 
+from diffjev import active
+from diffjev import calibration as cal
 from diffjev.schema import Question, Schema
 from diffjev.storage import repo
 from diffjev.storage.db import Database
 from diffjev.storage.models import Event, Item, Response, Suggestion, utcnow
 
-STRATEGIES = ("in_order", "least_confidence", "margin", "entropy", "blind")
+STRATEGIES = ("in_order", "least_confidence", "margin", "entropy", "stderr", "diverse", "run_disagreement",
+              "second_opinion", "changed", "blind")
+DIVERSE_CANDIDATES = 200  # the least confident open items the diverse queue spreads over
+DIVERSE_CLUSTERS = 8
 LEASE = timedelta(minutes=10)
 
 
@@ -72,6 +83,16 @@ def next_card(db: Database, project_name: str, question_key: str, strategy: str,
             span = repo.item_id_range(session, project_id)
             start = random.randint(*span) if span else None
             item_id = repo.next_in_queue(session, run_id, row, "in_order", exclude, start_at=start)
+        elif strategy == "diverse":
+            item_id = _diverse_pick(session, run_id, row, annotator, exclude)
+        elif strategy == "run_disagreement":
+            other = repo.previous_run(session, project_id, run_id)
+            item_id = None if other is None else repo.next_run_disagreement(session, run_id, other, row, exclude)
+        elif strategy == "second_opinion":
+            item_id = repo.next_human_disagreement(session, run_id, row, annotator, exclude)
+        elif strategy == "changed":
+            since = repo.get_run(session, run_id).started_at
+            item_id = repo.next_changed_since_seen(session, run_id, row, since, exclude)
         else:
             item_id = repo.next_in_queue(session, run_id, row, strategy, exclude)
         if item_id is not None:
@@ -84,6 +105,18 @@ def next_card(db: Database, project_name: str, question_key: str, strategy: str,
     return load_card(db, project_id, item_id, question, row, run_id, annotator, blind=strategy == "blind")
 
 
+def _diverse_pick(session, run_id: int, row: int, annotator: str, exclude: list[int]) -> int | None:
+    """The most uncertain candidate from a cluster this annotator has not seen in their last answers."""
+    candidates = repo.open_candidates(session, run_id, row, "least_confidence", exclude, DIVERSE_CANDIDATES)
+    if not candidates:
+        return None
+    recent = repo.recent_texts(session, row, annotator, DIVERSE_CLUSTERS - 1)
+    clusters = active.cluster_texts([text for _, text in candidates] + recent, DIVERSE_CLUSTERS)
+    seen = set(clusters[len(candidates):])
+    fresh = [item_id for (item_id, _), c in zip(candidates, clusters) if c not in seen]
+    return fresh[0] if fresh else candidates[0][0]
+
+
 def load_card(db: Database, project_id: int, item_id: int, question: Question, row: int, run_id: int | None,
               annotator: str, blind: bool = False) -> Card:
     with db.read() as session:
@@ -94,11 +127,21 @@ def load_card(db: Database, project_id: int, item_id: int, question: Question, r
                                                         Suggestion.question_id == row))
             if s is not None:
                 suggestion = {"id": s.id, "answer": s.answer, "distribution": dict(s.distribution),
-                              "confidence": s.confidence, "stderr": s.stderr, "draws": s.draws}
+                              "confidence": s.confidence, "stderr": s.stderr, "draws": s.draws,
+                              "calibrated": calibrated_confidence(session, run_id, row, s.distribution, question)}
         mine = session.scalar(select(Response).where(Response.item_id == item_id, Response.question_id == row,
                                                      Response.annotator == annotator))
         return Card(project_id, item.id, item.external_id, item.text, dict(item.fields), question, row, suggestion,
                     blind, mine.revision if mine else None, mine.value if mine else None)
+
+
+def calibrated_confidence(session, run_id: int, row: int, distribution: dict, question: Question) -> float | None:
+    """The top answer's probability under the temperature kept for this run and question, if any."""
+    temperature = repo.kept_temperature(session, run_id, row)
+    if temperature is None:
+        return None
+    scaled = cal.scale([[distribution.get(n, 0.0) for n in question.names]], temperature)[0]
+    return float(scaled.max())
 
 
 def answer(db: Database, card: Card, annotator: str, value: str | None, seconds: float | None,

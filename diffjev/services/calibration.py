@@ -132,15 +132,3 @@ def store_temperature(db: Database, run_id: int, question_row: int, temperature:
         run = repo.get_run(session, run_id)
         repo.log(session, actor, "calibration.fitted", run.project_id, question_id=question_row, run_id=run_id,
                  temperature=temperature, fitted_on=fitted_on)
-
-
-def latest_temperature(db: Database, run_id: int, question_row: int) -> float | None:
-    with db.read() as session:
-        events = session.scalars(select(repo.Event).where(repo.Event.kind == "calibration.fitted",
-                                                          repo.Event.question_id == question_row)
-                                 .order_by(repo.Event.id.desc())).all()
-    for event in events:
-        if event.payload.get("run_id") == run_id:
-            return float(event.payload["temperature"])
-    return None
-

@@ -60,6 +60,41 @@ def low_confidence_accepts(db: Database, project_name: str, below: float = LOW_C
             and p.confidence < below][:limit]
 
 
+def agreement(db: Database, project_name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Between every two annotators, per question: the items both answered, Cohen's kappa (quadratic-
+    weighted for scores), and the items where they differ."""
+    from itertools import combinations
+
+    from sklearn.metrics import cohen_kappa_score
+
+    _, schema, rows, _ = project_schema(db, project_name)
+    with db.read() as session:
+        answers = session.execute(select(Response.item_id, Response.question_id, Response.annotator, Response.value)
+                                  .where(Response.question_id.in_(list(rows.values())), Response.status == "submitted",
+                                         Response.value.is_not(None))).all()
+    table, differing = [], []
+    for q in schema.questions:
+        by_annotator: dict[str, dict[int, str]] = {}
+        for item_id, question_id, who, value in answers:
+            if question_id == rows[q.id]:
+                by_annotator.setdefault(who, {})[item_id] = value
+        for a, b in combinations(sorted(by_annotator), 2):
+            shared = sorted(set(by_annotator[a]) & set(by_annotator[b]))
+            if not shared:
+                continue
+            names = list(q.names)
+            x = [names.index(by_annotator[a][i]) for i in shared]
+            y = [names.index(by_annotator[b][i]) for i in shared]
+            weights = "quadratic" if q.kind == "score" else None
+            kappa = cohen_kappa_score(x, y, weights=weights, labels=list(range(len(names))))
+            table.append({"question": q.id, "annotators": f"{a} / {b}", "items": len(shared),
+                          "agreement": _rate(sum(i == j for i, j in zip(x, y)), len(shared)),
+                          "kappa": None if kappa != kappa else round(float(kappa), 3)})
+            differing += [{"item": i, "question": q.id, a: by_annotator[a][i], b: by_annotator[b][i]}
+                          for i in shared if by_annotator[a][i] != by_annotator[b][i]]
+    return table, differing
+
+
 def reopen(db: Database, project_name: str, item_id: int, question_key: str, value: str, reviewer: str) -> None:
     """Change an item's answer from the review screen; recorded as the reviewer's answer and an event."""
     _, schema, rows, _ = project_schema(db, project_name)

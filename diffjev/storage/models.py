@@ -150,6 +150,8 @@ class Suggestion(Base):
               sqlite_where=text("is_open = 1"), postgresql_where=text("is_open")),
         Index("ix_suggestions_queue_entropy", "run_id", "question_id", "entropy",
               sqlite_where=text("is_open = 1"), postgresql_where=text("is_open")),
+        Index("ix_suggestions_queue_stderr", "run_id", "question_id", "stderr",
+              sqlite_where=text("is_open = 1"), postgresql_where=text("is_open")),
         # In item order: the "unlabeled in order" queue, and the random blind slice's seek.
         Index("ix_suggestions_queue_item", "run_id", "question_id", "item_id",
               sqlite_where=text("is_open = 1"), postgresql_where=text("is_open")),

@@ -20,6 +20,7 @@ QUEUE_ORDER = {
     "least_confidence": Suggestion.confidence.asc(),
     "margin": Suggestion.margin.asc(),
     "entropy": Suggestion.entropy.desc(),
+    "stderr": Suggestion.stderr.desc().nulls_last(),
 }
 
 
@@ -245,6 +246,76 @@ def next_in_queue(session: Session, run_id: int, question_id: int, strategy: str
     return session.scalar(query.order_by(QUEUE_ORDER[strategy], Suggestion.item_id).limit(1))
 
 
+def open_candidates(session: Session, run_id: int, question_id: int, strategy: str, exclude: Iterable[int],
+                    limit: int) -> list[tuple[int, str]]:
+    """(item id, text) of the first open items by a strategy's order."""
+    query = select(Suggestion.item_id, Item.text).join(Item, Item.id == Suggestion.item_id).where(
+        Suggestion.run_id == run_id, Suggestion.question_id == question_id, Suggestion.is_open)
+    exclude = list(exclude)
+    if exclude:
+        query = query.where(Suggestion.item_id.not_in(exclude))
+    return [tuple(r) for r in session.execute(query.order_by(QUEUE_ORDER[strategy], Suggestion.item_id).limit(limit))]
+
+
+def recent_texts(session: Session, question_id: int, annotator: str, limit: int) -> list[str]:
+    return list(session.scalars(select(Item.text).join(Response, Response.item_id == Item.id).where(
+        Response.question_id == question_id, Response.annotator == annotator).order_by(Response.updated_at.desc())
+        .limit(limit)))
+
+
+def previous_run(session: Session, project_id: int, run_id: int) -> int | None:
+    return session.scalar(select(Run.id).where(Run.project_id == project_id, Run.id < run_id)
+                          .order_by(Run.id.desc()).limit(1))
+
+
+def next_run_disagreement(session: Session, run_id: int, other_run: int, question_id: int,
+                          exclude: Iterable[int]) -> int | None:
+    """The least confident open item on which two runs give different answers."""
+    other = aliased(Suggestion)
+    query = (select(Suggestion.item_id)
+             .join(other, (other.item_id == Suggestion.item_id) & (other.question_id == Suggestion.question_id)
+                   & (other.run_id == other_run))
+             .where(Suggestion.run_id == run_id, Suggestion.question_id == question_id, Suggestion.is_open,
+                    Suggestion.answer != other.answer))
+    exclude = list(exclude)
+    if exclude:
+        query = query.where(Suggestion.item_id.not_in(exclude))
+    return session.scalar(query.order_by(Suggestion.confidence, Suggestion.item_id).limit(1))
+
+
+def next_human_disagreement(session: Session, run_id: int, question_id: int, annotator: str,
+                            exclude: Iterable[int]) -> int | None:
+    """An item another annotator answered differently from the model, that this annotator has not answered:
+    a second opinion where the first human and the model disagree."""
+    own = aliased(Response)
+    mine = select(own.id).where(own.item_id == Suggestion.item_id, own.question_id == question_id,
+                                own.annotator == annotator)
+    query = (select(Suggestion.item_id)
+             .join(Response, (Response.item_id == Suggestion.item_id) & (Response.question_id == Suggestion.question_id))
+             .where(Suggestion.run_id == run_id, Suggestion.question_id == question_id, Response.status == "submitted",
+                    Response.annotator != annotator, Response.value != Suggestion.answer, ~mine.exists()))
+    exclude = list(exclude)
+    if exclude:
+        query = query.where(Suggestion.item_id.not_in(exclude))
+    return session.scalar(query.order_by(Suggestion.item_id).limit(1))
+
+
+def next_changed_since_seen(session: Session, run_id: int, question_id: int, since, exclude: Iterable[int]) -> int | None:
+    """An answered item whose suggestion in this run differs from the one the human saw, not looked at
+    again since this run started: a second look after a new run."""
+    seen = aliased(Suggestion)
+    query = (select(Response.item_id)
+             .join(seen, seen.id == Response.suggestion_id)
+             .join(Suggestion, (Suggestion.item_id == Response.item_id)
+                   & (Suggestion.question_id == Response.question_id) & (Suggestion.run_id == run_id))
+             .where(Response.question_id == question_id, Response.status == "submitted", seen.run_id != run_id,
+                    seen.answer != Suggestion.answer, Response.updated_at < since))
+    exclude = list(exclude)
+    if exclude:
+        query = query.where(Response.item_id.not_in(exclude))
+    return session.scalar(query.order_by(Response.item_id).limit(1))
+
+
 def item_id_range(session: Session, project_id: int) -> tuple[int, int] | None:
     low, high = session.execute(select(func.min(Item.id), func.max(Item.id)).where(Item.project_id == project_id)).one()
     return None if low is None else (low, high)
@@ -259,6 +330,16 @@ def next_unlabeled_item(session: Session, project_id: int, question_id: int, exc
     if exclude:
         query = query.where(Item.id.not_in(exclude))
     return session.scalar(query.order_by(Item.id).limit(1))
+
+
+def kept_temperature(session: Session, run_id: int, question_id: int) -> float | None:
+    """The latest temperature kept for a run and question (a `calibration.fitted` event), if any."""
+    for payload in session.scalars(select(Event.payload).where(Event.kind == "calibration.fitted",
+                                                               Event.question_id == question_id)
+                                   .order_by(Event.id.desc())):
+        if payload.get("run_id") == run_id:
+            return float(payload["temperature"])
+    return None
 
 
 # Leases -----------------------------------------------------------------------------------------------

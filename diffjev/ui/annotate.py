@@ -16,7 +16,9 @@ MAX_KEYS = 9
 HELP = "**Keys:** Enter or A accept the model's answer · 1–9 pick an answer · S skip · U undo"
 QUEUES = {"Unlabeled, in order": "in_order", "Least confidence first": "least_confidence",
           "Smallest margin first": "margin", "Highest entropy first": "entropy",
-          "Blind slice (suggestion hidden)": "blind"}
+          "Most unstable across reads (stderr)": "stderr", "Uncertain, spread over topics": "diverse",
+          "Runs disagree": "run_disagreement", "Second opinion (model and first annotator disagree)": "second_opinion",
+          "Changed since answered (after a new run)": "changed", "Blind slice (suggestion hidden)": "blind"}
 
 # Keyboard shortcuts: Gradio has none built in, so a small script clicks the tab's buttons by id. Keys
 # are ignored while typing in a field, and act only while the Annotate tab is on screen.
@@ -89,6 +91,8 @@ def build(studio: Studio) -> None:
             text = f"Model: **{html.escape(s['answer'])}**, confidence {s['confidence']:.2f}"
             if s.get("stderr") is not None:
                 text += f" ± {s['stderr']:.2f} over {s['draws']} reads"
+            if s.get("calibrated") is not None:
+                text += f"; calibrated confidence {s['calibrated']:.2f}"
         if card.current is not None:
             text += f"  \nYour current answer: **{html.escape(card.current)}**"
         pick_updates = [gr.update(visible=i < len(card.question.names),

@@ -47,6 +47,12 @@ def build(studio: Studio) -> None:
         curve = gr.LinePlot(x="threshold", y="value", color="measure", label="Auto-accept curve",
                             elem_id="auto-accept")
     cal_note = gr.Markdown(elem_id="cal-note")
+    keep = gr.Button("Keep this temperature for the run", elem_id="cal-keep")
+    gr.Markdown("**Annotator agreement**: items two annotators both answered (the *second opinion* queue "
+                "sends an item to a second annotator where the first disagreed with the model).")
+    agree = gr.Button("Compute agreement", elem_id="agree-go")
+    agreement = gr.Dataframe(label="Agreement", interactive=False, elem_id="agreement")
+    agree_diff = gr.Dataframe(label="Where annotators differ", interactive=False, elem_id="agreement-differ")
     gr.Markdown("**Model comparison**: every run over the same items, against the same human answers.")
     compare = gr.Button("Compare runs", elem_id="compare-go")
     comparison = gr.Dataframe(label="Runs compared", interactive=False, elem_id="comparison")
@@ -83,7 +89,23 @@ def build(studio: Studio) -> None:
         table.to_csv(path, index=False)
         return table, gr.update(value=str(path), visible=True)
 
+    def keep_temperature(key: str, run_id: int | None, request: gr.Request) -> str:
+        found = calibration.calibrate(studio.db, studio.project, int(run_id), key) if key and run_id else None
+        if found is None or found.temperature is None:
+            return "⚠️ Too few answered items to fit a temperature (at least ten)."
+        rows = studio.schema()[2]
+        calibration.store_temperature(studio.db, int(run_id), rows[key], found.temperature, found.n,
+                                      studio.annotator(request))
+        return (f"Kept temperature {found.temperature:.3f} for run {int(run_id)}, {html.escape(key)}: the Annotate "
+                f"tab shows calibrated confidence beside the model's own.")
+
+    def agreement_tables() -> tuple[Any, Any]:
+        table, differing = review.agreement(studio.db, studio.project)
+        return pd.DataFrame(table), pd.DataFrame(differing)
+
     studio.on_load.append((runs, [], [cal_run]))
+    keep.click(keep_temperature, [cal_question, cal_run], [cal_note], api_name="keep_temperature")
+    agree.click(agreement_tables, [], [agreement, agree_diff], api_name="agreement")
     go.click(calibrate, [cal_question, cal_run, target], [cal_summary, diagram, curve, cal_note], api_name="calibrate")
     compare.click(compare_runs, [], [comparison, comparison_csv], api_name="compare_runs")
 
