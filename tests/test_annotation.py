@@ -213,3 +213,21 @@ def test_agreement_between_annotators(tmp_path):
     # kappa by hand: p_o = 3/4; alice (2 billing, 1 account, 1 technical), bob (1, 2, 1) over 4:
     # p_e = (2*1 + 1*2 + 1*1) / 16 = 5/16; (0.75 - 0.3125) / (1 - 0.3125) = 0.63636
     assert differing == [{"item": items[1], "question": "team", "alice": "billing", "bob": "account"}]
+
+
+def test_overlap_queue_sends_the_share_to_a_second_annotator(tmp_path, monkeypatch):
+    db, items, _ = crafted(tmp_path, [f"t{i}" for i in range(40)], [{i: ("billing", 0.5, None) for i in range(40)}])
+    for _ in range(40):
+        card = annotation.next_card(db, "c", "team", "in_order", "alice")
+        annotation.answer(db, card, "alice", "billing", seconds=1.0)
+    monkeypatch.setenv("DIFFJEV_OVERLAP", "25")
+    share = [i for i in items if (i * 7919) % 100 < 25]
+    served = []
+    while (card := annotation.next_card(db, "c", "team", "overlap", "bob")) is not None:
+        served.append(card.item_id)
+        annotation.answer(db, card, "bob", "billing", seconds=1.0)
+    assert served == share and 0 < len(share) < 40
+    assert annotation.next_card(db, "c", "team", "overlap", "alice") is None  # never her own items again
+    monkeypatch.setenv("DIFFJEV_OVERLAP", "lots")
+    with pytest.raises(ValueError, match="DIFFJEV_OVERLAP"):
+        annotation.next_card(db, "c", "team", "overlap", "carol")

@@ -103,3 +103,22 @@ def test_a_kept_temperature_shows_as_calibrated_confidence_on_the_card(tmp_path)
     assert after.suggestion["calibrated"] < after.suggestion["confidence"]  # T > 1 softens an overconfident top
     other_run = annotation.load_card(db, project_id, item, question, rows["team"], runs[1], "ann")
     assert other_run.suggestion["calibrated"] is None  # kept for run 1 only
+
+
+def test_a_new_run_of_the_same_engine_inherits_the_kept_temperature(tmp_path, dgemma_engine):
+    import pandas as pd
+
+    from diffjev.services.importing import import_items
+    from diffjev.services.prelabel import prelabel, start_run
+
+    db = Database(tmp_path / "inherit.db")
+    with db.session() as session:
+        repo.create_project(session, "p", Schema.from_dict(SCHEMA), "owner")
+    import_items(db, "p", pd.DataFrame({"text": ["a", "b"]}))
+    first = prelabel(db, "p", dgemma_engine).run_id
+    with db.read() as session:
+        row = repo.version_schema(repo.latest_version(session, repo.get_project(session, "p").id))[1]["team"]
+    service.store_temperature(db, first, row, 1.7, fitted_on=30, actor="reviewer")
+    second = start_run(db, "p", dgemma_engine, only_unlabeled=True)
+    with db.read() as session:
+        assert repo.kept_temperature(session, second, row) == pytest.approx(1.7)

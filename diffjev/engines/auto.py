@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from diffjev.engines.base import Engine, EngineError
 from diffjev.models import ModelLoadError
 
-ENGINE_CHOICES = ("auto", "vllm", "jev", "transformers", "autoregressive")
+ENGINE_CHOICES = ("auto", "vllm", "jev", "transformers", "autoregressive", "autoregressive-sequential")
 # A masked diffusion chat model small enough for a CPU (dLLM's BERT-Chat, 0.2 B).
 DEFAULT_DIFFUSION_MODEL = "dllm-hub/ModernBERT-base-chat-v0.1"
 
@@ -48,14 +48,15 @@ def choose_engine(choice: EngineChoice) -> ChosenEngine:
 
         engine = VLLMServerEngine(url, model, choice.tokenizer, canvas_length=choice.canvas_length)
         return ChosenEngine(engine, f"vLLM server at {url}, model {model}")
-    if choice.kind == "autoregressive":  # DIFFJEV_MODEL names a diffusion model, so only --model applies here
+    if choice.kind.startswith("autoregressive"):  # DIFFJEV_MODEL names a diffusion model: only --model applies
         from diffjev.engines.autoregressive import AutoregressiveEngine
 
+        mode = "sequential" if choice.kind == "autoregressive-sequential" else "single"
         if choice.model is None:
-            engine = AutoregressiveEngine.offline()
+            engine = AutoregressiveEngine.offline(mode=mode)
         else:
-            engine = AutoregressiveEngine(choice.model, choice.tokenizer, canvas_length=choice.canvas_length)
-        return ChosenEngine(engine, f"autoregressive baseline, model {engine.model_name}")
+            engine = AutoregressiveEngine(choice.model, choice.tokenizer, mode=mode, canvas_length=choice.canvas_length)
+        return ChosenEngine(engine, f"autoregressive baseline ({mode}), model {engine.model_name}")
     model = choice.model or os.environ.get("DIFFJEV_MODEL") or DEFAULT_DIFFUSION_MODEL
     from diffjev.engines.transformers import TransformersEngine
 

@@ -9,6 +9,8 @@ Queues, for one question (see `diffjev.active` for what each measure is for):
   template cannot fill the queue;
 - `run_disagreement`: items the latest run and the one before answer differently;
 - `second_opinion`: items another annotator answered differently from the model, for a second human;
+- `overlap`: the double-annotation share ($DIFFJEV_OVERLAP percent of items, default 10) answered once by
+  someone else, for annotator agreement;
 - `changed`: answered items whose suggestion changed in the latest run since the human saw it;
 - `blind`: a random open item with the suggestion hidden, so answers there measure the model's
   calibration without the pull of its suggestion.
@@ -16,6 +18,7 @@ Queues, for one question (see `diffjev.active` for what each measure is for):
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass
 from datetime import timedelta
@@ -31,7 +34,7 @@ from diffjev.storage.db import Database
 from diffjev.storage.models import Event, Item, Response, Suggestion, utcnow
 
 STRATEGIES = ("in_order", "least_confidence", "margin", "entropy", "stderr", "diverse", "run_disagreement",
-              "second_opinion", "changed", "blind")
+              "second_opinion", "overlap", "changed", "blind")
 DIVERSE_CANDIDATES = 200  # the least confident open items the diverse queue spreads over
 DIVERSE_CLUSTERS = 8
 LEASE = timedelta(minutes=10)
@@ -90,6 +93,8 @@ def next_card(db: Database, project_name: str, question_key: str, strategy: str,
             item_id = None if other is None else repo.next_run_disagreement(session, run_id, other, row, exclude)
         elif strategy == "second_opinion":
             item_id = repo.next_human_disagreement(session, run_id, row, annotator, exclude)
+        elif strategy == "overlap":
+            item_id = repo.next_overlap(session, row, annotator, overlap_percent(), exclude)
         elif strategy == "changed":
             since = repo.get_run(session, run_id).started_at
             item_id = repo.next_changed_since_seen(session, run_id, row, since, exclude)
@@ -103,6 +108,16 @@ def next_card(db: Database, project_name: str, question_key: str, strategy: str,
     if item_id is None:
         return None
     return load_card(db, project_id, item_id, question, row, run_id, annotator, blind=strategy == "blind")
+
+
+def overlap_percent() -> int:
+    """The share of items that go to two annotators, in percent ($DIFFJEV_OVERLAP, default 10)."""
+    raw = os.environ.get("DIFFJEV_OVERLAP", "10")
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"DIFFJEV_OVERLAP must be a whole percentage from 0 to 100, not {raw!r}") from None
+    return max(0, min(100, value))
 
 
 def _diverse_pick(session, run_id: int, row: int, annotator: str, exclude: list[int]) -> int | None:

@@ -64,6 +64,7 @@ def start_run(db: Database, project_name: str, engine: Engine, *, only_unlabeled
                                       if isinstance(v, (str, int, float, bool)) and not k.startswith("_")}}
         run = repo.create_run(session, project.id, version, engine.name, engine.model_name,
                               getattr(engine, "model_version", None), params, actor)
+        repo.inherit_temperatures(session, run, actor)
         return run.id
 
 

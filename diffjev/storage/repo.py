@@ -300,6 +300,23 @@ def next_human_disagreement(session: Session, run_id: int, question_id: int, ann
     return session.scalar(query.order_by(Suggestion.item_id).limit(1))
 
 
+def next_overlap(session: Session, question_id: int, annotator: str, share_percent: int,
+                 exclude: Iterable[int]) -> int | None:
+    """An item in the double-annotation share (a fixed hash of its id below the share) that exactly one
+    other annotator has answered and this one has not: the second answer for agreement."""
+    own = aliased(Response)
+    mine = select(own.id).where(own.item_id == Response.item_id, own.question_id == question_id,
+                                own.annotator == annotator)
+    query = (select(Response.item_id)
+             .where(Response.question_id == question_id, Response.status == "submitted",
+                    Response.annotator != annotator, (Response.item_id * 7919) % 100 < share_percent, ~mine.exists())
+             .group_by(Response.item_id).having(func.count() == 1))
+    exclude = list(exclude)
+    if exclude:
+        query = query.where(Response.item_id.not_in(exclude))
+    return session.scalar(query.order_by(Response.item_id).limit(1))
+
+
 def next_changed_since_seen(session: Session, run_id: int, question_id: int, since, exclude: Iterable[int]) -> int | None:
     """An answered item whose suggestion in this run differs from the one the human saw, not looked at
     again since this run started: a second look after a new run."""
@@ -340,6 +357,22 @@ def kept_temperature(session: Session, run_id: int, question_id: int) -> float |
         if payload.get("run_id") == run_id:
             return float(payload["temperature"])
     return None
+
+
+def inherit_temperatures(session: Session, run: Run, actor: str) -> None:
+    """A new run of the same engine and model keeps the temperatures fitted for the last such run, so its
+    suggestions show calibrated from the start; refitting on its own answers replaces them."""
+    earlier = session.scalar(select(Run.id).where(Run.project_id == run.project_id, Run.id < run.id,
+                                                  Run.engine == run.engine, Run.model_name == run.model_name)
+                             .order_by(Run.id.desc()).limit(1))
+    if earlier is None:
+        return
+    version = session.get(SchemaVersion, run.schema_version_id)
+    for member in version.members:
+        temperature = kept_temperature(session, earlier, member.question_id)
+        if temperature is not None:
+            log(session, actor, "calibration.fitted", run.project_id, question_id=member.question_id, run_id=run.id,
+                temperature=temperature, inherited_from=earlier)
 
 
 # Leases -----------------------------------------------------------------------------------------------

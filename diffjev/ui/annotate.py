@@ -18,6 +18,7 @@ QUEUES = {"Unlabeled, in order": "in_order", "Least confidence first": "least_co
           "Smallest margin first": "margin", "Highest entropy first": "entropy",
           "Most unstable across reads (stderr)": "stderr", "Uncertain, spread over topics": "diverse",
           "Runs disagree": "run_disagreement", "Second opinion (model and first annotator disagree)": "second_opinion",
+          "Double annotation (agreement share)": "overlap",
           "Changed since answered (after a new run)": "changed", "Blind slice (suggestion hidden)": "blind"}
 
 # Keyboard shortcuts: Gradio has none built in, so a small script clicks the tab's buttons by id. Keys
@@ -104,7 +105,11 @@ def build(studio: Studio) -> None:
 
     def start_queue(key: str, queue_name: str, request: gr.Request) -> tuple:
         strategy = QUEUES[queue_name]
-        return show(annotation.next_card(studio.db, studio.project, key, strategy, studio.annotator(request)), strategy)
+        try:
+            card = annotation.next_card(studio.db, studio.project, key, strategy, studio.annotator(request))
+        except ValueError as exc:  # a setting a person can fix, such as DIFFJEV_OVERLAP
+            raise gr.Error(str(exc)) from None
+        return show(card, strategy)
 
     def respond(session: dict | None, value: str | None, status: str, request: gr.Request) -> tuple:
         if not session:
