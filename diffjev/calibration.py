@@ -7,8 +7,7 @@ items), so sparse confidence ranges do not make noisy bins.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 from scipy.optimize import minimize_scalar
@@ -19,8 +18,7 @@ DEFAULT_BINS = 15
 EPS = 1e-12
 
 
-@dataclass(frozen=True)
-class Bin:
+class Bin(NamedTuple):  # named tuples: a curve over 100k items makes 100k of them
     confidence: float  # mean top-label confidence in the bin
     accuracy: float  # share of the bin whose top label is the human answer
     count: int
@@ -78,23 +76,24 @@ def score_errors(probs, labels) -> tuple[float, float]:
     return float(mean_absolute_error(y, predicted)), float(np.nan_to_num(kappa, nan=1.0))
 
 
-@dataclass(frozen=True)
-class AcceptPoint:
+class AcceptPoint(NamedTuple):
     threshold: float  # accept every suggestion whose confidence is at least this
     coverage: float  # share of items accepted
     accuracy: float  # accuracy among the accepted
 
 
 def auto_accept_curve(probs, labels) -> list[AcceptPoint]:
-    """For each distinct confidence, what accepting everything at or above it would cover and get right."""
+    """For each distinct confidence, what accepting everything at or above it would cover and get right.
+    One sort and running sums, so a hundred thousand items cost milliseconds."""
     p, y = _arrays(probs, labels)
     confidence = p.max(axis=1)
-    correct = p.argmax(axis=1) == y
-    points = []
-    for t in np.unique(confidence)[::-1]:
-        accepted = confidence >= t
-        points.append(AcceptPoint(float(t), float(accepted.mean()), float(correct[accepted].mean())))
-    return points
+    order = np.argsort(-confidence, kind="stable")
+    sorted_conf = confidence[order]
+    hits = np.cumsum(p.argmax(axis=1)[order] == y[order])
+    # the last position of each distinct confidence: everything at or above it is accepted
+    last = np.flatnonzero(np.append(sorted_conf[1:] != sorted_conf[:-1], True))
+    taken = last + 1
+    return list(map(AcceptPoint, sorted_conf[last].tolist(), (taken / len(y)).tolist(), (hits[last] / taken).tolist()))
 
 
 def threshold_for(curve: Sequence[AcceptPoint], target_accuracy: float) -> AcceptPoint | None:
@@ -114,8 +113,15 @@ def scale(probs, temperature: float) -> np.ndarray:
 def fit_temperature(probs, labels) -> float:
     """The temperature that minimises the NLL of the human answers (searched over 0.05..20)."""
     p, y = _arrays(probs, labels)
-    found = minimize_scalar(lambda log_t: nll(scale(p, float(np.exp(log_t))), y),
-                            bounds=(np.log(0.05), np.log(20.0)), method="bounded", options={"xatol": 1e-4})
+    logp = np.log(np.clip(p, EPS, 1.0))
+    rows = np.arange(len(y))
+
+    def loss(log_t: float) -> float:  # the NLL of scale(p, T), in closed form
+        z = logp / np.exp(log_t)
+        top = z.max(axis=1)
+        return float((top + np.log(np.exp(z - top[:, None]).sum(axis=1)) - z[rows, y]).mean())
+
+    found = minimize_scalar(loss, bounds=(np.log(0.05), np.log(20.0)), method="bounded", options={"xatol": 1e-4})
     return float(np.exp(found.x))
 
 

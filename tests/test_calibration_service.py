@@ -81,7 +81,7 @@ def test_the_comparison_table_sets_runs_side_by_side(tmp_path):
     first, second = table
     assert first["accuracy"] == pytest.approx(0.5) and second["accuracy"] == pytest.approx(4 / 12, abs=1e-3)
     assert (first["passes / item"], second["passes / item"]) == (1, 3)
-    assert (first["latency ms / item"], second["latency ms / item"]) == (10.0, 30.0)
+    assert (first["mean latency ms / item"], second["mean latency ms / item"]) == (10.0, 30.0)
     assert first["answered"] == 12 and first["items read"] == 12
 
 

@@ -8,10 +8,13 @@ is used, and the result says which.
 from __future__ import annotations
 
 import statistics
+from operator import itemgetter
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
+import numpy as np
+import orjson
+from sqlalchemy import Text, cast, func, select
 
 from diffjev import calibration as cal
 from diffjev.services.annotation import project_schema
@@ -53,24 +56,27 @@ class QuestionCalibration:
 
 
 def _pairs(db: Database, run_id: int, question_row: int) -> list[tuple[dict, str, bool]]:
-    """(distribution, human answer, blind) per answered item: the earliest answer per item, or its
-    earliest blind one when there is one."""
-    with db.read() as session:
-        rows = session.execute(
-            select(Suggestion.item_id, Suggestion.distribution, Response.value, Response.suggestion_shown)
+    """(distribution, human answer, blind) per answered item: the item's earliest blind answer if it has
+    one, else its earliest answer."""
+    with db.read() as session:  # plain rows, distribution as JSON text: this reads every answered item
+        rows = session.connection().execute(
+            select(Suggestion.item_id, cast(Suggestion.distribution, Text), Response.value,
+                   Response.suggestion_shown, Response.id)
             .join(Response, (Response.item_id == Suggestion.item_id) & (Response.question_id == Suggestion.question_id))
             .where(Suggestion.run_id == run_id, Suggestion.question_id == question_row,
-                   Response.status == "submitted", Response.value.is_not(None))
-            .order_by(Suggestion.item_id, Response.suggestion_shown, Response.created_at, Response.id)).all()
-    chosen: dict[int, tuple[dict, str, bool]] = {}
-    for item_id, distribution, value, shown in rows:
-        chosen.setdefault(item_id, (distribution, value, not shown))
-    return list(chosen.values())
+                   Response.status == "submitted", Response.value.is_not(None))).all()
+    best: dict[int, tuple] = {}
+    for item_id, distribution, value, shown, response_id in rows:
+        key = (bool(shown), response_id)  # blind first, then the earliest (ids grow with time)
+        if item_id not in best or key < best[item_id][0]:
+            best[item_id] = (key, distribution, value, not shown)
+    return [(orjson.loads(d), value, blind) for _, d, value, blind in (best[i] for i in sorted(best))]
 
 
-def calibrate(db: Database, project_name: str, run_id: int, question_key: str,
-              folds: int = 5) -> QuestionCalibration | None:
-    """The run's calibration on one question, or None before any item has a human answer."""
+def calibrate(db: Database, project_name: str, run_id: int, question_key: str, folds: int = 5,
+              full: bool = True) -> QuestionCalibration | None:
+    """The run's calibration on one question, or None before any item has a human answer. With
+    `full=False`, only the headline numbers (no curve, no temperature), for the comparison table."""
     _, schema, rows, _ = project_schema(db, project_name)
     question = schema.question(question_key)
     pairs = _pairs(db, run_id, rows[question_key])
@@ -79,12 +85,14 @@ def calibrate(db: Database, project_name: str, run_id: int, question_key: str,
     if not pairs:
         return None
     names = list(question.names)
-    probs = [[float(d.get(n, 0.0)) for n in names] for d, _, _ in pairs]
+    in_order = itemgetter(*names)  # stored distributions hold every answer name
+    probs = np.array([in_order(d) for d, _, _ in pairs], dtype=float)
     labels = [names.index(v) for _, v, _ in pairs]
     result = QuestionCalibration(question_key, run_id, used, len(pairs), len(blind), cal.accuracy(probs, labels),
                                  cal.ece(probs, labels), cal.brier(probs, labels), cal.nll(probs, labels),
-                                 cal.reliability_bins(probs, labels), cal.auto_accept_curve(probs, labels))
-    if len(pairs) >= 2 * folds:  # enough for every fold to fit on others and be scored on its own
+                                 cal.reliability_bins(probs, labels),
+                                 cal.auto_accept_curve(probs, labels) if full else [])
+    if full and len(pairs) >= 2 * folds:  # enough for every fold to fit on others and be scored on its own
         calibrated, temperatures = cal.cross_validated_temperature(probs, labels, folds)
         result.temperature = statistics.median(temperatures)
         result.calibrated = {"ece": cal.ece(calibrated, labels), "brier": cal.brier(calibrated, labels),
@@ -102,18 +110,16 @@ def compare_runs(db: Database, project_name: str) -> list[dict[str, Any]]:
         runs = session.execute(select(Run.id, Run.engine, Run.model_name).where(Run.project_id == project_id)
                                .order_by(Run.id)).all()
         costs = {}
+        passes = ItemRead.diagnostics["model_passes"].as_float()  # JSON path, the same on SQLite and PostgreSQL
         for run_id, _, _ in runs:
-            reads = session.execute(select(ItemRead.latency_ms, ItemRead.diagnostics).where(
-                ItemRead.run_id == run_id, ItemRead.status == "ok")).all()
-            passes = [d.get("model_passes") for _, d in reads if d and d.get("model_passes") is not None]
-            latencies = [lat for lat, _ in reads if lat is not None]
-            costs[run_id] = (statistics.mean(passes) if passes else None,
-                             statistics.median(latencies) if latencies else None, len(reads))
+            costs[run_id] = session.execute(
+                select(func.avg(passes), func.avg(ItemRead.latency_ms), func.count())
+                .where(ItemRead.run_id == run_id, ItemRead.status == "ok")).one()
     table = []
     for run_id, engine, model in runs:
         passes, latency, read_items = costs[run_id]
         for q in schema.questions:
-            found = calibrate(db, project_name, run_id, q.id)
+            found = calibrate(db, project_name, run_id, q.id, full=False)
             table.append({"run": run_id, "engine": engine, "model": model, "question": q.id,
                           "items read": read_items,
                           "answered": found.n if found else 0,
@@ -121,7 +127,7 @@ def compare_runs(db: Database, project_name: str) -> list[dict[str, Any]]:
                           "ECE": round(found.ece, 3) if found else None,
                           "Brier": round(found.brier, 3) if found else None,
                           "passes / item": round(passes, 2) if passes is not None else None,
-                          "latency ms / item": round(latency, 1) if latency is not None else None})
+                          "mean latency ms / item": round(latency, 1) if latency is not None else None})
     return table
 
 

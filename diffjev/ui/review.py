@@ -14,7 +14,10 @@ from sqlalchemy import select
 
 from diffjev import calibration as cal
 from diffjev.services import calibration, review
+from diffjev.services.prelabel import prelabel
 from diffjev.storage.models import Run
+
+PLOT_POINTS = 200
 from diffjev.ui.context import Studio
 
 
@@ -48,6 +51,7 @@ def build(studio: Studio) -> None:
                             elem_id="auto-accept")
     cal_note = gr.Markdown(elem_id="cal-note")
     keep = gr.Button("Keep this temperature for the run", elem_id="cal-keep")
+    relabel = gr.Button("New run over the unlabeled items", elem_id="cal-relabel")
     gr.Markdown("**Annotator agreement**: items two annotators both answered (the *second opinion* queue "
                 "sends an item to a second annotator where the first disagreed with the model).")
     agree = gr.Button("Compute agreement", elem_id="agree-go")
@@ -72,10 +76,11 @@ def build(studio: Studio) -> None:
         bins = pd.DataFrame([{"confidence": b.confidence, "accuracy": b.accuracy, "series": "model"}
                              for b in found.bins]
                             + [{"confidence": x, "accuracy": x, "series": "perfect"} for x in (0.0, 1.0)])
+        shown = found.curve[::max(1, len(found.curve) // PLOT_POINTS)] + found.curve[-1:]  # a drawable number
         points = pd.DataFrame([{"threshold": p.threshold, "value": p.coverage, "measure": "share accepted"}
-                               for p in found.curve]
+                               for p in shown]
                               + [{"threshold": p.threshold, "value": p.accuracy, "measure": "accuracy"}
-                                 for p in found.curve])
+                                 for p in shown])
         best = cal.threshold_for(found.curve, float(target_accuracy or 0))
         note = (f"Accepting every suggestion with confidence ≥ **{best.threshold:.3f}** would take "
                 f"**{best.coverage:.0%}** of these items at **{best.accuracy:.1%}** accuracy."
@@ -103,7 +108,18 @@ def build(studio: Studio) -> None:
         table, differing = review.agreement(studio.db, studio.project)
         return pd.DataFrame(table), pd.DataFrame(differing)
 
+    def new_run(request: gr.Request, progress=gr.Progress()) -> str:
+        """The re-labeling loop: read the items nobody has answered yet with the studio's engine; the new run
+        keeps the temperatures kept for the last run of that engine, so it shows calibrated at once."""
+        result = prelabel(studio.db, studio.project, studio.chosen.engine, only_unlabeled=True,
+                          actor=studio.annotator(request),
+                          progress=lambda p: progress((p.done, p.total), desc=f"{p.items_per_s:.1f} items/s"))
+        return (f"Run {result.run_id} {result.status}: {result.read} unlabeled items read, {result.failed} failed; "
+                f"its suggestions show calibrated where a temperature was kept. (A run over all items, from the "
+                f"Pre-label tab, also fills the *changed since answered* queue.)")
+
     studio.on_load.append((runs, [], [cal_run]))
+    relabel.click(new_run, [], [cal_note], api_name="relabel_run")
     keep.click(keep_temperature, [cal_question, cal_run], [cal_note], api_name="keep_temperature")
     agree.click(agreement_tables, [], [agreement, agree_diff], api_name="agreement")
     go.click(calibrate, [cal_question, cal_run, target], [cal_summary, diagram, curve, cal_note], api_name="calibrate")
