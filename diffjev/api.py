@@ -6,11 +6,13 @@ engine, every question in one read where the engine reads canvases, in vLLM's an
 
 from __future__ import annotations
 
+import secrets
 import time
 import uuid
 from typing import Any
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, Depends, HTTPException
+from fastapi.security import HTTPBasic, HTTPBasicCredentials
 from pydantic import BaseModel, ConfigDict
 
 from diffjev.engines.base import Engine, EngineError
@@ -46,8 +48,24 @@ class StructuredDecisionRequest(BaseModel):
                                  "samples": 1})
 
 
-def jev_router(engine: Engine, model_name: str) -> APIRouter:
-    router = APIRouter()
+def basic_auth(users: list[tuple[str, str]] | None) -> list:
+    """With logins configured, the API asks for the same user and password (HTTP Basic)."""
+    if not users:
+        return []
+    allowed = dict(users)
+    security = HTTPBasic()
+
+    def check(credentials: HTTPBasicCredentials = Depends(security)) -> str:
+        expected = allowed.get(credentials.username)
+        if expected is None or not secrets.compare_digest(expected.encode(), credentials.password.encode()):
+            raise HTTPException(401, "wrong user or password", headers={"WWW-Authenticate": "Basic"})
+        return credentials.username
+
+    return [Depends(check)]
+
+
+def jev_router(engine: Engine, model_name: str, users: list[tuple[str, str]] | None = None) -> APIRouter:
+    router = APIRouter(dependencies=basic_auth(users))
 
     @router.post("/v1/systemone")
     def systemone(request: StructuredDecisionRequest) -> dict[str, Any]:

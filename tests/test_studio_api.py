@@ -73,7 +73,9 @@ def test_jev_api_answers_with_the_studios_engine(studio):
     body = {"state": "Everything is down.", "questions": {
         "urgent": {"type": "noul", "instructions": "Urgent?"},
         "team": {"type": "choice", "instructions": "Team?", "criteria": {"billing": None, "tech": "bugs"}}}}
-    data = httpx.post(f"{server.url}/v1/systemone", json=body, timeout=30).json()
+    assert httpx.post(f"{server.url}/v1/systemone", json=body, timeout=30).status_code == 401
+    assert httpx.post(f"{server.url}/v1/systemone", json=body, timeout=30, auth=("alice", "wrong")).status_code == 401
+    data = httpx.post(f"{server.url}/v1/systemone", json=body, timeout=30, auth=USERS[0]).json()
     assert data["object"] == "structured_decision"
     assert set(data["answers"]) == {"urgent", "team"} and data["answers"]["team"]["choice"] in ("billing", "tech")
     assert set(data["diagnostics"]["team"]) == {"label_mass", "argmax_is_label"}
@@ -89,7 +91,7 @@ def test_jev_api_answers_with_the_studios_engine(studio):
 def test_jev_api_bad_bodies_get_a_422_naming_the_field(studio, change, where):
     server, _ = studio
     body = {"state": "x", "questions": {"u": {"type": "noul", "instructions": "?"}}, **change}
-    response = httpx.post(f"{server.url}/v1/systemone", json=body, timeout=30)
+    response = httpx.post(f"{server.url}/v1/systemone", json=body, timeout=30, auth=USERS[0])
     assert response.status_code == 422
     locations = [[str(p) for p in d["loc"]] for d in response.json()["detail"]]
     assert any(loc[1:1 + len(where)] == where for loc in locations), locations

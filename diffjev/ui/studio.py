@@ -115,7 +115,7 @@ def build_blocks(studio: Studio) -> gr.Blocks:
 def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> FastAPI:
     """The studio's server: the Jev API at /v1/systemone and the Gradio app at /."""
     app = FastAPI(title="diffjev studio")
-    app.include_router(jev_router(studio.chosen.engine, studio.chosen.engine.model_name))
+    app.include_router(jev_router(studio.chosen.engine, studio.chosen.engine.model_name, auth))
     return gr.mount_gradio_app(app, build_blocks(studio), path="/", auth=auth, css=CSS + playground.CSS,
                                head=annotate.KEYS_JS,
                                allowed_paths=[str(studio.export_dir)], max_file_size="200mb")
