@@ -99,8 +99,8 @@ def main() -> None:
     table, t_cmp = timed(lambda: calibration.compare_runs(db, "bench"))
     clusters, t_cluster = timed(lambda: active.cluster_texts(texts, 8))
     order, t_order = timed(lambda: active.diverse_order(list(range(len(texts))), clusters))
-    print(f"| step | items | seconds | target |")
-    print(f"|---|---|---|---|")
+    print("| step | items | seconds | target |")
+    print("|---|---|---|---|")
     print(f"| calibration view (metrics, bins, curve, 5-fold temperature), {found.answers_used} answers | "
           f"{found.n:,} | {t_cal:.2f} | < 2 s |")
     print(f"| comparison table ({len(table)} runs) | {args.items:,} | {t_cmp:.2f} | < 2 s |")
