@@ -95,3 +95,29 @@ def test_jev_api_bad_bodies_get_a_422_naming_the_field(studio, change, where):
     assert response.status_code == 422
     locations = [[str(p) for p in d["loc"]] for d in response.json()["detail"]]
     assert any(loc[1:1 + len(where)] == where for loc in locations), locations
+
+
+def test_any_answer_for_questions_with_more_than_nine_options(tmp_path, dgemma_engine):
+    import pandas as pd
+
+    from diffjev import Schema
+    from diffjev.services.importing import import_items
+    from diffjev.services.prelabel import prelabel
+    from diffjev.storage import repo
+    from diffjev.storage.db import Database
+
+    names = [f"topic{i}" for i in range(12)]
+    db = Database(tmp_path / "wide.db")
+    with db.session() as session:
+        repo.create_project(session, "wide", Schema.from_dict({"questions": [
+            {"id": "topic", "type": "choice", "instructions": "Topic?", "options": names}], "samples": 1}), "o")
+    import_items(db, "wide", pd.DataFrame({"text": ["one", "two"]}))
+    prelabel(db, "wide", dgemma_engine)
+    server, _ = serve_studio(db, dgemma_engine, name="wide")
+    with server:
+        c = Client(server.url, verbose=False)
+        shown = c.predict("topic", "Unlabeled, in order", api_name="/annotate_start")
+        assert [choice[0] for choice in shown[-1]["choices"]] == names  # every answer, not only nine
+        c.predict("topic11", api_name="/answer")
+    with db.read() as session:
+        assert session.scalar(select(Response.value)) == "topic11"

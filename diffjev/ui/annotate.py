@@ -74,14 +74,17 @@ def build(studio: Studio) -> None:
         picks = [gr.Button(f"{k}", visible=False, elem_id=f"pick-{k}") for k in range(1, MAX_KEYS + 1)]
         skip = gr.Button("Skip (S)", elem_id="skip")
         undo = gr.Button("Undo (U)", elem_id="undo")
+    with gr.Row():  # every answer, for questions with more than nine
+        any_answer = gr.Dropdown([], label="Any answer", elem_id="pick-any")
+        give = gr.Button("Answer", elem_id="pick-any-go")
     state = gr.State(None)
-    outputs = [state, progress, item, prompt, distribution, info, accept, *picks]
+    outputs = [state, progress, item, prompt, distribution, info, accept, *picks, any_answer]
 
     def show(card: annotation.Card | None, strategy: str, note: str = "") -> tuple:
         if card is None:
             empty = "**Nothing left in this queue.** " + note
             return (None, empty, "", "", None, "", gr.update(interactive=False),
-                    *[gr.update(visible=False) for _ in picks])
+                    *[gr.update(visible=False) for _ in picks], gr.update(choices=[], value=None))
         done, total = annotation.progress(studio.db, card.project_id, card.question_row)
         line = f"{done} of {total} items answered for **{card.question.id}**, {total - done} to go. {note}"
         s = card.suggestion
@@ -101,7 +104,8 @@ def build(studio: Studio) -> None:
                         for i in range(MAX_KEYS)]
         session = {"card": card, "shown_at": time.monotonic(), "strategy": strategy}
         return (session, line, item_html(card), f"**{html.escape(card.question.instructions)}**", label, text,
-                gr.update(interactive=s is not None), *pick_updates)
+                gr.update(interactive=s is not None), *pick_updates,
+                gr.update(choices=list(card.question.names), value=None))
 
     def start_queue(key: str, queue_name: str, request: gr.Request) -> tuple:
         strategy = QUEUES[queue_name]
@@ -147,6 +151,11 @@ def build(studio: Studio) -> None:
             return respond(session, names[k] if k < len(names) else None, "submitted", request)
         return pick
 
+    def give_answer(session: dict | None, value: str | None, request: gr.Request) -> tuple:
+        if not value:
+            raise gr.Error("Choose an answer first.")
+        return respond(session, value, "submitted", request)
+
     def skip_item(session: dict | None, request: gr.Request) -> tuple:
         return respond(session, None, "skipped", request)
 
@@ -163,4 +172,5 @@ def build(studio: Studio) -> None:
     for k, button in enumerate(picks):
         button.click(picker(k), [state], outputs, api_name=f"pick_{k + 1}", **fast)
     skip.click(skip_item, [state], outputs, api_name="skip", **fast)
+    give.click(give_answer, [state, any_answer], outputs, api_name="answer", **fast)
     undo.click(undo_last, [state, question, queue], outputs, api_name="undo", **fast)
