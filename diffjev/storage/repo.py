@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -53,7 +54,14 @@ def get_project(session: Session, name: str) -> Project:
     return project
 
 
+PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,99}")
+
+
 def create_project(session: Session, name: str, schema: Schema, actor: str, text_field: str = "text") -> Project:
+    # A project's name ends up in export file names: no slashes, no leading dot, nothing to escape a folder.
+    if not isinstance(name, str) or not PROJECT_NAME.fullmatch(name):
+        raise Conflict(f"project name {name!r}: use letters, digits, spaces, '.', '_' or '-' (up to 100), "
+                       f"starting with a letter or digit")
     if session.scalar(select(Project.id).where(Project.name == name)) is not None:
         raise Conflict(f"a project named {name!r} already exists; pick another name, or save a new schema "
                          f"version to it")
