@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 import threading
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +46,17 @@ class Studio:
             return LOCAL_ANNOTATOR
 
     def preview_builder(self) -> Any:
-        """The canvas builder for previews: the engine's own when it reads canvases, else the offline
-        Gemma tokenizer's."""
+        """The canvas builder for previews: the engine's own when it reads canvases, else one over the
+        offline Gemma tokenizer, loaded once."""
         builder = getattr(self.chosen.engine, "builder", None)
         if builder is None:
-            from diffjev.canvas import CanvasBuilder, ModelFormat
-            from diffjev.models import offline_gemma_tokenizer
-
-            tokenizer = offline_gemma_tokenizer()
-            builder = CanvasBuilder(tokenizer, ModelFormat.from_tokenizer(tokenizer))
+            builder = self._fallback_builder
         return builder
+
+    @cached_property
+    def _fallback_builder(self) -> Any:
+        from diffjev.canvas import CanvasBuilder, ModelFormat
+        from diffjev.models import offline_gemma_tokenizer
+
+        tokenizer = offline_gemma_tokenizer()
+        return CanvasBuilder(tokenizer, ModelFormat.from_tokenizer(tokenizer))
