@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from diffjev.api import StructuredDecisionRequest
 from diffjev.canvas import DEFAULT_MAX_WIDTH
-from diffjev.decide import Decision, aggregate, slot_distribution
+from diffjev.decide import Decision, decide
 from diffjev.engines.transformers import TransformersEngine
 from diffjev.jev import check_upstream_limits, question_canvas
 from diffjev.schema import SchemaError
@@ -237,10 +237,10 @@ def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_len
             raise RequestError(str(exc), "questions") from None
         await asyncio.sleep(service_latency_s)
         reads = await run_in_threadpool(locked, engine.read, canvases)
-        answers = {}
-        for q, canvas, read in zip(schema.questions, canvases, reads):
-            answers[q.id] = aggregate(q, [slot_distribution(q, canvas.label_ids[q.id], read[q.id])])
-        decision = Decision(answers, schema)
+        # One canvas per question: their slot reads together make one read of the whole schema.
+        label_ids = {q: ids for canvas in canvases for q, ids in canvas.label_ids.items()}
+        merged = {q: slot for read in reads for q, slot in read.items()}
+        decision = Decision(decide(schema, [merged], label_ids), schema)
         return JSONResponse({
             "id": f"sd-{uuid.uuid4().hex}", "object": "structured_decision", "created": int(time.time()),
             "model": served_model_name, "answers": decision.to_jev(),

@@ -9,6 +9,14 @@ import httpx
 from diffjev.engines.base import EngineError
 
 
+def make_client(max_in_flight: int, timeout: float, connect_timeout: float, api_key: str | None) -> httpx.Client:
+    """One client per engine: a connection for every read in flight, a timeout on every request, and the
+    API key only in the Authorization header (never in a URL, a body or a log)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return httpx.Client(headers=headers, timeout=httpx.Timeout(timeout, connect=connect_timeout),
+                        limits=httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight))
+
+
 def post_json(client: httpx.Client, where: str, body: dict[str, Any], server: str) -> Any:
     """POST `body` to `where` and return the decoded JSON answer; `server` names the kind of server."""
     try:

@@ -8,11 +8,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Iterable, Iterator
 
-import httpx
 
 from diffjev.canvas import render_state
 from diffjev.decide import Decision, SlotDistribution, aggregate
-from diffjev.engines._http import post_json
+from diffjev.engines._http import make_client, post_json
 from diffjev.engines.base import DEFAULT_SEED, Engine, EngineError
 from diffjev.jev import check_upstream_limits
 from diffjev.schema import Question, Schema, SchemaError
@@ -40,9 +39,7 @@ class JevAPIEngine(Engine):
         self.url = url.rstrip("/")
         self.endpoint = f"{self.url}/v1/systemone"
         self.model_name = model or ""
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout, connect=connect_timeout),
-                                    limits=httpx.Limits(max_connections=max_in_flight))
+        self._client = make_client(max_in_flight, timeout, connect_timeout, api_key)
         self._pool = ThreadPoolExecutor(max_in_flight, thread_name_prefix="jev-read")
         self.max_in_flight = max_in_flight
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
-import httpx
 
 from diffjev.canvas import Canvas, CanvasBuilder, DEFAULT_MAX_WIDTH, ModelFormat
 from diffjev.decide import SlotRead
-from diffjev.engines._http import post_json
+from diffjev.engines._http import make_client, post_json
 from diffjev.engines.base import CanvasEngine, EngineError
 from diffjev.models import load_tokenizer
 
@@ -58,11 +57,7 @@ class VLLMServerEngine(CanvasEngine):
         self.builder = CanvasBuilder(self.tokenizer, fmt, canvas_length, self.chat_template_kwargs)
         self.max_in_flight = max_in_flight
         self.batch_size = 2 * max_in_flight
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(
-            headers=headers,
-            timeout=httpx.Timeout(timeout, connect=connect_timeout),
-            limits=httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight))
+        self._client = make_client(max_in_flight, timeout, connect_timeout, api_key)
         self._pool = ThreadPoolExecutor(max_in_flight, thread_name_prefix="vllm-read")
 
     def request_body(self, canvas: Canvas) -> dict[str, Any]:

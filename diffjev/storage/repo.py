@@ -158,23 +158,26 @@ def latest_run(session: Session, project_id: int, unfinished_only: bool = False)
     return session.scalar(query.order_by(Run.id.desc()).limit(1))
 
 
+def _pending(project_id: int, run_id: int, only_unlabeled: bool) -> list:
+    """The conditions on Item for "this run has no successful read of it yet" (and, if asked, "nobody
+    has answered it")."""
+    done = select(ItemRead.id).where(ItemRead.run_id == run_id, ItemRead.item_id == Item.id, ItemRead.status == "ok")
+    conditions = [Item.project_id == project_id, ~done.exists()]
+    if only_unlabeled:
+        answered = select(Response.id).where(Response.item_id == Item.id, Response.status == "submitted")
+        conditions.append(~answered.exists())
+    return conditions
+
+
 def pending_item_ids(session: Session, project_id: int, run_id: int, after_id: int, limit: int,
                      only_unlabeled: bool = False) -> list[int]:
     """Items this run has no successful read of yet, in id order, after `after_id`."""
-    done = select(ItemRead.id).where(ItemRead.run_id == run_id, ItemRead.item_id == Item.id, ItemRead.status == "ok")
-    query = select(Item.id).where(Item.project_id == project_id, Item.id > after_id, ~done.exists())
-    if only_unlabeled:
-        answered = select(Response.id).where(Response.item_id == Item.id, Response.status == "submitted")
-        query = query.where(~answered.exists())
+    query = select(Item.id).where(Item.id > after_id, *_pending(project_id, run_id, only_unlabeled))
     return list(session.scalars(query.order_by(Item.id).limit(limit)))
 
 
 def count_pending(session: Session, project_id: int, run_id: int, only_unlabeled: bool = False) -> int:
-    done = select(ItemRead.id).where(ItemRead.run_id == run_id, ItemRead.item_id == Item.id, ItemRead.status == "ok")
-    query = select(func.count()).select_from(Item).where(Item.project_id == project_id, ~done.exists())
-    if only_unlabeled:
-        answered = select(Response.id).where(Response.item_id == Item.id, Response.status == "submitted")
-        query = query.where(~answered.exists())
+    query = select(func.count()).select_from(Item).where(*_pending(project_id, run_id, only_unlabeled))
     return session.scalar(query) or 0
 
 
