@@ -74,6 +74,7 @@ class Layout:
     slots: dict[str, int]  # question id -> canvas position
     label_ids: dict[str, tuple[int, ...]]  # question id -> token id of each label, in answer order
     width: int
+    reply_tokens: int  # head + template + turn close: the positions a read must return
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class Canvas:
     slots: dict[str, int]
     label_ids: dict[str, tuple[int, ...]]
     seed: int
+    reply_tokens: int  # the canvas positions that hold the reply; the rest is padding
 
     @property
     def width(self) -> int:
@@ -175,7 +177,7 @@ def resolve_layout(tokenizer: Any, fmt: ModelFormat, template: Template, questio
             f"holds {max_width}; shorten the template or the labels' surrounding text, or serve a wider canvas",
             field="template")
     clear = base + [fmt.turn_close_id] + [fmt.pad_id] * (width - used)
-    return Layout(tuple(clear), slots, label_ids, width)
+    return Layout(tuple(clear), slots, label_ids, width, used)
 
 
 def fill_noise(layout: Layout, fmt: ModelFormat, seed: int) -> tuple[int, ...]:
@@ -236,4 +238,4 @@ class CanvasBuilder:
         layout = self.layout(schema)
         messages = self.messages(schema, state)
         return Canvas(messages, self.prompt_ids(messages), fill_noise(layout, self.format, seed),
-                      layout.slots, layout.label_ids, seed)
+                      layout.slots, layout.label_ids, seed, layout.reply_tokens)

@@ -215,7 +215,8 @@ def _serve_transformers(args: argparse.Namespace) -> None:
         name = args.served_model_name or args.model
     else:
         raise UserError("give --model PATH_OR_NAME, or --tiny for a random-weight test model")
-    app = create_app(engine, name, canvas_length=args.canvas, service_latency_s=args.service_latency_ms / 1000)
+    app = create_app(engine, name, canvas_length=args.canvas, service_latency_s=args.service_latency_ms / 1000,
+                     memoize=args.memoize)
     print(f"# serving {name} on http://{args.host}:{args.port} (vLLM wire format)", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
@@ -296,6 +297,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--canvas", type=int, default=DEFAULT_CANVAS)
     p.add_argument("--service-latency-ms", type=float, default=0.0,
                    help="transformers backend: a fixed wait per request, standing in for a GPU in benchmarks")
+    p.add_argument("--memoize", action="store_true",
+                   help="transformers backend: answer a seeded read asked before from memory (benchmarks)")
     p.add_argument("--dry-run", action="store_true", help="vllm backend: print the command instead of running it")
     return top
 

@@ -56,4 +56,5 @@ def question_canvas(builder: CanvasBuilder, question: Question, state: Any, inst
     else:
         digest = hashlib.sha256(",".join(map(str, prompt)).encode()).digest()
         ids[slot] = random.Random(int.from_bytes(digest[:8], "big")).randrange(fmt.vocab_size)
-    return Canvas(messages, tuple(prompt), tuple(ids), layout.slots, layout.label_ids, seed=0)
+    return Canvas(messages, tuple(prompt), tuple(ids), layout.slots, layout.label_ids, seed=0,
+                  reply_tokens=layout.reply_tokens)

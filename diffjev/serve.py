@@ -22,10 +22,12 @@ import time
 import uuid
 from typing import Any
 
+import orjson
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from diffjev.api import StructuredDecisionRequest
@@ -123,14 +125,22 @@ def logprob_args(body: dict[str, Any], max_logprobs: int, vocab: int) -> dict[st
 
 
 def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_length: int = DEFAULT_MAX_WIDTH,
-               max_logprobs: int = DEFAULT_MAX_LOGPROBS, service_latency_s: float = 0.0) -> FastAPI:
-    """`service_latency_s` adds a fixed wait per request, outside the model lock, to stand in for a GPU
-    server's service time in throughput benchmarks."""
+               max_logprobs: int = DEFAULT_MAX_LOGPROBS, service_latency_s: float = 0.0,
+               memoize: bool = False) -> FastAPI:
+    """For throughput benchmarks, where this server stands in for a GPU server:
+
+    - `service_latency_s` adds a fixed wait per request, outside the model lock: a GPU server's
+      service time;
+    - `memoize` answers a seeded read asked before from memory: what the model answered the first
+      time, with none of this CPU's forward cost. The benchmark warms it with the same reads, so the
+      timed pass measures the client against the configured latency, not this CPU's speed.
+    """
     app = FastAPI(title="diffjev structured-read server (vLLM wire format)")
     tokenizer = engine.tokenizer
     builder = engine.builder
     vocab = builder.format.vocab_size
     model_lock = threading.Lock()  # one forward at a time: the CPU has no spare cores for two
+    answered: dict[bytes, tuple[dict[str, Any], dict[str, int]]] = {}
 
     def locked(fn, *args):
         with model_lock:
@@ -181,14 +191,31 @@ def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_len
         if max_tokens is not None and (not _is_int(max_tokens) or max_tokens <= 0):
             raise RequestError("max_tokens must be a positive int", "max_tokens")
         as_ids = bool(body.get("return_tokens_as_token_ids", False))
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
-        prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
-        canvas = diff["seed"] or [random.randrange(vocab) for _ in range(diff["width"])]  # unseeded: vLLM draws
-        # read-only caps the output at the canvas width and ignores EOS: position i is canvas position i
-        n_out = min(max_tokens or diff["width"], diff["width"])
+        # With `memoize`, the same seeded read asked again gets the model's answer from the first time.
+        key = orjson.dumps([messages, kwargs, diff, lp, max_tokens, as_ids], option=orjson.OPT_SORT_KEYS) \
+            if memoize and diff["seed"] is not None else None  # an unseeded canvas is never the same read
+        choice_and_usage = answered.get(key) if key is not None else None
+        if choice_and_usage is None:
+            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+            prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+            canvas = diff["seed"] or [random.randrange(vocab) for _ in range(diff["width"])]  # unseeded: vLLM draws
+            # read-only caps the output at the canvas width and ignores EOS: position i is canvas position i
+            n_out = min(max_tokens or diff["width"], diff["width"])
+            logprobs = await run_in_threadpool(locked, engine.canvas_logprobs, prompt, canvas, n_out)
+            choice_and_usage = _chat_choice(logprobs, lp, diff["constrained"], as_ids, len(prompt))
+            if key is not None:
+                answered[key] = choice_and_usage
         await asyncio.sleep(service_latency_s)
-        logprobs = (await run_in_threadpool(locked, engine.canvas_logprobs, prompt, canvas))[:n_out]
-        if diff["constrained"]:  # normalised over the requested ids only
+        choice, usage = choice_and_usage
+        return json_response({
+            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "model": served_model_name, "choices": [choice], "usage": usage,
+        })
+
+    def _chat_choice(logprobs, lp: dict[str, Any], constrained: bool, as_ids: bool,
+                     prompt_tokens: int) -> tuple[dict[str, Any], dict[str, int]]:
+        """vLLM's `choices[0]` and `usage` for one read's `(positions, vocab)` log-probabilities."""
+        if constrained:  # normalised over the requested ids only
             ids = lp["ids"]
             sub = logprobs[:, ids]
             logprobs = logprobs.new_full(logprobs.shape, float("-inf"))
@@ -200,22 +227,21 @@ def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_len
             for pos, tid in enumerate(top_ids):
                 row = logprobs[pos]
                 wanted = lp["ids"] if lp["ids"] is not None else row.topk(lp["top"]).indices.tolist()
+                values = row[wanted].tolist()
                 content.append({
                     "token": token_text(tid, as_ids), "logprob": max(float(row[tid]), -9999.0),
                     "bytes": list(token_text(tid, as_ids).encode()),
-                    "top_logprobs": [{"token": token_text(t, as_ids), "logprob": max(float(row[t]), -9999.0),
-                                      "bytes": list(token_text(t, as_ids).encode())} for t in wanted],
+                    "top_logprobs": [{"token": token_text(t, as_ids), "logprob": max(v, -9999.0),
+                                      "bytes": list(token_text(t, as_ids).encode())} for t, v in zip(wanted, values)],
                 })
-        return JSONResponse({
-            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-            "model": served_model_name,
-            "choices": [{"index": 0,
-                         "message": {"role": "assistant", "content": tokenizer.decode(top_ids, skip_special_tokens=True),
-                                     "tool_calls": []},
-                         "logprobs": {"content": content} if content is not None else None,
-                         "finish_reason": "length", "stop_reason": None}],
-            "usage": {"prompt_tokens": len(prompt), "completion_tokens": n_out, "total_tokens": len(prompt) + n_out},
-        })
+        n_out = len(top_ids)
+        choice = {"index": 0,
+                  "message": {"role": "assistant", "content": tokenizer.decode(top_ids, skip_special_tokens=True),
+                              "tool_calls": []},
+                  "logprobs": {"content": content} if content is not None else None,
+                  "finish_reason": "length", "stop_reason": None}
+        return choice, {"prompt_tokens": prompt_tokens, "completion_tokens": n_out,
+                        "total_tokens": prompt_tokens + n_out}
 
     @app.post("/v1/systemone")
     async def systemone(request: Request) -> JSONResponse:
@@ -251,9 +277,14 @@ def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_len
     return app
 
 
+def json_response(content: Any) -> Response:
+    """orjson encodes a read's few hundred logprob entries several times faster than the json module."""
+    return Response(orjson.dumps(content), media_type="application/json")
+
+
 async def _json_body(request: Request) -> dict[str, Any]:
     try:
-        body = await request.json()
+        body = orjson.loads(await request.body())
     except ValueError:
         raise RequestError("the request body is not valid JSON") from None
     if not isinstance(body, dict):

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Iterator
 
 from diffjev.canvas import render_state
 from diffjev.decide import Decision, SlotDistribution, aggregate
-from diffjev.engines._http import make_client, post_json
+from diffjev.engines._http import HTTPClients, post_json
 from diffjev.engines.base import DEFAULT_SEED, Engine, EngineError
 from diffjev.jev import check_upstream_limits
 from diffjev.schema import Question, Schema, SchemaError
@@ -39,7 +39,7 @@ class JevAPIEngine(Engine):
         self.url = url.rstrip("/")
         self.endpoint = f"{self.url}/v1/systemone"
         self.model_name = model or ""
-        self._client = make_client(max_in_flight, timeout, connect_timeout, api_key)
+        self._clients = HTTPClients(timeout, connect_timeout, api_key)
         self._pool = ThreadPoolExecutor(max_in_flight, thread_name_prefix="jev-read")
         self.max_in_flight = max_in_flight
 
@@ -70,7 +70,7 @@ class JevAPIEngine(Engine):
     def _decide_one(self, schema: Schema, state: Any) -> Decision:
         where = self.endpoint
         started = time.perf_counter()
-        data = post_json(self._client, where, self.request_body(schema, state), "Jev API")
+        data = post_json(self._clients.get(), where, self.request_body(schema, state), "Jev API")
         try:
             answers = {}
             for q in schema.questions:
@@ -90,5 +90,5 @@ class JevAPIEngine(Engine):
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self._client.close()
+        self._clients.close()
 

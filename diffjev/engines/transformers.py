@@ -80,11 +80,20 @@ class TransformersEngine(CanvasEngine):
         return [slot_reads(lp, c) for lp, c in zip(logprobs, canvases)]
 
     @torch.inference_mode()
-    def canvas_logprobs(self, prompt_ids: Sequence[int], canvas_ids: Sequence[int]) -> torch.Tensor:
-        """Log-probabilities at every canvas position through the model's own full forward (what a
-        server returns under read-only): `(width, vocab)`."""
+    def canvas_logprobs(self, prompt_ids: Sequence[int], canvas_ids: Sequence[int],
+                        rows: int | None = None) -> torch.Tensor:
+        """Log-probabilities over the canvas (what a server returns under read-only): `(width, vocab)`
+        through the model's own full forward, or, given `rows`, `(rows, vocab)` for the first `rows`
+        positions with the head applied there only (a server answering `max_tokens` below the width)."""
         prompt = torch.tensor([list(prompt_ids)], device=self.device)
         ids = torch.tensor([list(canvas_ids)], device=self.device)
+        if rows is not None:
+            if self.family == "diffusion_gemma":
+                hidden = self.model.model(input_ids=prompt, decoder_input_ids=ids).last_hidden_state[0]
+            else:
+                hidden = self.model.model(input_ids=torch.cat([prompt, ids], dim=1)).last_hidden_state[0,
+                                                                                                    prompt.shape[1]:]
+            return head_logprobs(self.model, hidden[:rows]).cpu()
         if self.family == "diffusion_gemma":
             logits = self.model(input_ids=prompt, decoder_input_ids=ids).logits[0]
         else:

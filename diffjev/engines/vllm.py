@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from diffjev.canvas import Canvas, CanvasBuilder, DEFAULT_MAX_WIDTH, ModelFormat
 from diffjev.decide import SlotRead
-from diffjev.engines._http import make_client, post_json
+from diffjev.engines._http import HTTPClients, post_json
 from diffjev.engines.base import CanvasEngine, EngineError
 from diffjev.models import load_tokenizer
 
@@ -57,7 +57,7 @@ class VLLMServerEngine(CanvasEngine):
         self.builder = CanvasBuilder(self.tokenizer, fmt, canvas_length, self.chat_template_kwargs)
         self.max_in_flight = max_in_flight
         self.batch_size = 2 * max_in_flight
-        self._client = make_client(max_in_flight, timeout, connect_timeout, api_key)
+        self._clients = HTTPClients(timeout, connect_timeout, api_key)
         self._pool = ThreadPoolExecutor(max_in_flight, thread_name_prefix="vllm-read")
 
     def request_body(self, canvas: Canvas) -> dict[str, Any]:
@@ -67,7 +67,7 @@ class VLLMServerEngine(CanvasEngine):
         body: dict[str, Any] = {
             "model": self.model_name,
             "messages": list(canvas.messages),
-            "max_tokens": canvas.width,
+            "max_tokens": canvas.reply_tokens,  # as djev sends: logprobs for the reply, not the padding
             "logprobs": True,
             "top_logprobs": TOP_LOGPROBS,
             "logprob_token_ids": label_ids,
@@ -87,7 +87,7 @@ class VLLMServerEngine(CanvasEngine):
         return list(self._pool.map(self._read_one, canvases))
 
     def _read_one(self, canvas: Canvas) -> dict[str, SlotRead]:
-        data = post_json(self._client, self.endpoint, self.request_body(canvas), "vLLM server")
+        data = post_json(self._clients.get(), self.endpoint, self.request_body(canvas), "vLLM server")
         try:
             return parse_chat_logprobs(data, canvas)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
@@ -97,5 +97,5 @@ class VLLMServerEngine(CanvasEngine):
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self._client.close()
+        self._clients.close()
 
