@@ -1,19 +1,25 @@
 """Pre-label runs: read a project's items through an engine and store every suggestion.
 
-- Items are read in batches; each batch's reads and suggestions are stored in one transaction, so a
-  killed process leaves whole batches or nothing, and a restart of the run continues with the items
-  that still have no successful read.
-- A batch whose read fails is read again item by item, each with retries and backoff; an item that
-  still fails is recorded as failed for the run, with the error, and the run goes on.
+- Items stream through the engine from a reader thread, so reads stay in flight while earlier results
+  are stored, and a cancel is honoured at once even while a slow server holds reads.
+- Results are stored in batches, each batch's reads and suggestions in one transaction, so a killed
+  process leaves whole batches or nothing, and a restart of the run continues with the items that
+  still have no successful read.
+- When the engine fails, the items it held are read again one by one, each with retries and backoff;
+  an item that still fails is recorded as failed for the run, with its error, and the run goes on,
+  unless `stop_after` items in a row failed (the server is gone): then the run stops as failed, every
+  stored read kept, and resuming it continues where it stopped.
 - Progress goes to a callback after every batch; a cancel event stops the run between batches.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from diffjev.decide import Decision
 from diffjev.engines.base import Engine
@@ -25,6 +31,8 @@ from diffjev.storage.db import Database
 
 DEFAULT_BATCH = 64
 DEFAULT_RETRIES = 3
+DEFAULT_STOP_AFTER = 16  # failed items in a row that mean the server is gone, not that one item is bad
+POLL_S = 0.1  # how often a run waiting on reads looks at its cancel event
 
 
 @dataclass
@@ -72,7 +80,7 @@ def prelabel(db: Database, project_name: str, engine: Engine, *, run_id: int | N
              only_unlabeled: bool = False, seed: int = 42, batch_items: int = DEFAULT_BATCH,
              retries: int = DEFAULT_RETRIES, backoff_s: float = 0.5, actor: str = "system",
              progress: Callable[[Progress], None] | None = None,
-             cancel: threading.Event | None = None) -> RunReport:
+             cancel: threading.Event | None = None, stop_after: int = DEFAULT_STOP_AFTER) -> RunReport:
     """Run (or, given `run_id`, resume) a pre-label pass over a project's items."""
     if run_id is None:
         run_id = start_run(db, project_name, engine, only_unlabeled=only_unlabeled, seed=seed, actor=actor)
@@ -96,43 +104,124 @@ def prelabel(db: Database, project_name: str, engine: Engine, *, run_id: int | N
 
     started = time.perf_counter()
     done = failed = 0
-    after = 0
+    reader = _Reader(db, project_id, run_id, only_unlabeled, (schema, engine, seed, retries, backoff_s, stop_after),
+                     batch_items)
+    status, error = "running", None
     try:
-        while True:
-            if cancel is not None and cancel.is_set():
-                return _finish(db, run_id, "cancelled", None, actor, started)
-            with db.read() as session:
-                ids = repo.pending_item_ids(session, project_id, run_id, after, batch_items, only_unlabeled)
-                states = [item.text for item in repo.items_by_id(session, ids)]
-            if not ids:
-                break
-            after = ids[-1]
-            results = _read_batch(schema, list(zip(ids, states)), engine, seed, retries, backoff_s)
-            db.write(lambda session: repo.store_reads(session, run_id, question_rows, results))
-            done += len(results)
-            failed += sum(1 for r in results if r[1] is None)
-            if progress:
-                progress(Progress(done, total, failed, time.perf_counter() - started))
-    except SchemaError as exc:  # the schema cannot be read by this engine at all: the run cannot go on
-        _finish(db, run_id, "failed", str(exc), actor, started)
-        raise
-    return _finish(db, run_id, "completed", None, actor, started)
+        while status == "running":
+            batch: list[ReadResult] = []
+            while status == "running" and len(batch) < batch_items:
+                if cancel is not None and cancel.is_set():
+                    status = "cancelled"
+                    break
+                try:
+                    kind, value = reader.results.get(timeout=POLL_S)
+                except queue.Empty:
+                    continue
+                if kind == "read":
+                    batch.append(value)
+                elif kind == "end":
+                    status = "completed"
+                elif kind == "stop":
+                    status, error = "failed", value
+                else:  # "schema": this engine cannot read the schema at all
+                    _finish(db, run_id, "failed", str(value), actor, started)
+                    raise value
+            if batch:
+                db.write(lambda session: repo.store_reads(session, run_id, question_rows, batch))
+                done += len(batch)
+                failed += sum(1 for r in batch if r[1] is None)
+                if progress:
+                    progress(Progress(done, total, failed, time.perf_counter() - started))
+    finally:
+        reader.stop()  # reads still in flight finish in the background and are dropped, never stored
+    return _finish(db, run_id, status, error, actor, started)
 
 
 ReadResult = tuple[int, "Decision | None", "str | None", int, "float | None"]
 
 
-def _read_batch(schema: Schema, items: list[tuple[int, Any]], engine: Engine, seed: int, retries: int,
-                backoff_s: float) -> list[ReadResult]:
-    started = time.perf_counter()
-    try:
-        decisions = list(read_many(schema, [state for _, state in items], engine, seed=seed))
-    except SchemaError:
-        raise
-    except Exception:  # noqa: BLE001 - any engine failure: fall back to reading item by item
-        return [_read_one(schema, item_id, state, engine, seed, retries, backoff_s) for item_id, state in items]
-    latency = (time.perf_counter() - started) * 1000 / max(1, len(items))
-    return [(item_id, d, None, 1, latency) for (item_id, _), d in zip(items, decisions)]
+class _Reader:
+    """Feeds a run's pending items to the engine from a thread and queues each result, in order.
+
+    The engine pulls items as it needs them (its batches and pipeline), so reads stay in flight across
+    the caller's commits. The queue is bounded: a slow database holds the reads back.
+    """
+
+    def __init__(self, db: Database, project_id: int, run_id: int, only_unlabeled: bool, reading: tuple,
+                 page: int):
+        self.results: queue.Queue = queue.Queue(maxsize=4 * page)
+        self._stopped = threading.Event()
+        self._fed: deque[tuple[int, Any]] = deque()  # handed to the engine, not answered yet
+        self._source = (db, project_id, run_id, only_unlabeled, page)
+        self._reading = reading
+        threading.Thread(target=self._run, name=f"prelabel-run-{run_id}", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _items(self) -> Iterator[Any]:
+        db, project_id, run_id, only_unlabeled, page = self._source
+        after = 0
+        while not self._stopped.is_set():
+            with db.read() as session:
+                ids = repo.pending_item_ids(session, project_id, run_id, after, page, only_unlabeled)
+                states = [item.text for item in repo.items_by_id(session, ids)]
+            if not ids:
+                return
+            after = ids[-1]
+            for item_id, state in zip(ids, states):
+                if self._stopped.is_set():
+                    return
+                self._fed.append((item_id, state))
+                yield state
+
+    def _put(self, kind: str, value: Any) -> bool:
+        while not self._stopped.is_set():
+            try:
+                self.results.put((kind, value), timeout=POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        try:
+            self._put(*self._read_all())
+        except SchemaError as exc:
+            self._put("schema", exc)
+        except Exception as exc:  # noqa: BLE001 - e.g. the database went away under the reader
+            self._put("stop", f"reading the pending items failed: {type(exc).__name__}: {exc}")
+
+    def _read_all(self) -> tuple[str, Any]:
+        schema, engine, seed, retries, backoff_s, stop_after = self._reading
+        items = self._items()
+        failed_in_a_row = 0
+        while not self._stopped.is_set():
+            try:
+                for decision in read_many(schema, items, engine, seed=seed):
+                    item_id, _ = self._fed.popleft()
+                    timing = decision.diagnostics.get("timing", {})
+                    latency = 1000 * (timing.get("build_s", 0) + timing.get("read_s", 0)) / max(
+                        1, timing.get("batch_items", 1))
+                    failed_in_a_row = 0
+                    if not self._put("read", (item_id, decision, None, 1, latency)):
+                        break
+                else:
+                    return "end", None
+            except SchemaError:
+                raise
+            except Exception:  # noqa: BLE001 - any engine failure: read the items it held one by one
+                pass
+            while self._fed and not self._stopped.is_set():
+                item_id, state = self._fed.popleft()
+                result = _read_one(schema, item_id, state, engine, seed, retries, backoff_s)
+                failed_in_a_row = failed_in_a_row + 1 if result[1] is None else 0
+                self._put("read", result)
+                if failed_in_a_row >= stop_after:
+                    return "stop", (f"stopped after {failed_in_a_row} items in a row failed to read; the last "
+                                    f"error: {result[2]}. Fix the engine or server, then resume the run")
+        return "stopped", None
 
 
 def _read_one(schema: Schema, item_id: int, state: Any, engine: Engine, seed: int, retries: int,

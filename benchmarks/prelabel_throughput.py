@@ -1,0 +1,209 @@
+"""Pre-label throughput against a vLLM-format endpoint with a fixed service latency per read.
+
+A real pre-label job (`diffjev.services.prelabel`: canvases, one HTTP read per item, parsing, deciding,
+batch commits to a SQLite file) runs against `diffjev serve-model --backend transformers --tiny`
+started as its own process with `--service-latency-ms` 50 and 100, at 1, 8, 32 and 64 reads in flight.
+
+- The ideal is in-flight / latency: what a client with no cost of its own would get.
+- Each in-flight level reads 30 rounds of reads (1 × 30 items up to 64 × 30), three times; the table
+  gives the median.
+- The endpoint runs a tiny random DiffusionGemma on this same 2-core CPU, where one read's forward
+  costs more than the latency being modelled. So it runs with `--memoize`: a warm pass first computes
+  every read with the model (its rate is printed as the CPU ceiling), and the timed passes, which ask
+  for exactly the same seeded reads, get those answers back after the configured latency. The timed
+  passes measure the client against the latency, as a GPU server would serve it.
+- The client's own overhead per read is its CPU time, measured per read on the threads that do the
+  work: building the canvas, the HTTP request and parsing its answer, deciding, and the read's share
+  of its batch commit. p50 and p95 over every read at 32 in flight.
+
+Run: python benchmarks/prelabel_throughput.py [--latencies 50,100] [--in-flight 1,8,32,64] [--rounds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pandas as pd
+
+from diffjev.demo import TICKETS_SCHEMA
+from diffjev.engines import VLLMServerEngine
+from diffjev.engines import base as engine_base
+from diffjev.models import offline_gemma_tokenizer
+from diffjev.schema import Schema
+from diffjev.services.importing import import_items
+from diffjev.services.prelabel import prelabel
+from diffjev.storage import repo
+from diffjev.storage.db import Database
+
+SERVED = "diffjev/tiny-diffusiongemma-random"
+TARGET_SHARE = 0.90  # of the ideal, at 32 in flight
+TARGET_OVERHEAD_MS = 2.0  # client overhead per read, p50
+PUBLISHED = "a published DiffusionGemma structured-read server: 9.6 req/s at 1 client (p50 0.10 s), 87.7 req/s at 32"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(latency_ms: float) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "diffjev.cli", "serve-model", "--backend", "transformers",
+                             "--tiny", "--port", str(port), "--service-latency-ms", str(latency_ms), "--memoize"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the endpoint did not start: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.5)
+
+
+class ClientClock:
+    """Per-read CPU time of the client's own work, from wrappers around the steps of a read."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        self.build, self.http, self.decide, self.store = [], [], [], []
+
+    def timed(self, into: str, fn, per_items=None):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            started = time.thread_time()
+            result = fn(*args, **kwargs)
+            spent = time.thread_time() - started
+            n = per_items(args, result) if per_items else 1
+            with self.lock:
+                getattr(self, into).extend([spent / n] * n)
+            return result
+        return wrapper
+
+    def means_ms(self) -> dict[str, float]:
+        means = {k: 1000 * statistics.mean(getattr(self, k) or [0.0]) for k in ("build", "http", "decide", "store")}
+        means["decide"] -= means["build"]  # a chunk's time includes building its canvases
+        return means
+
+    def overhead_ms(self) -> list[float]:
+        """Per read: its canvas, its HTTP round trip's CPU, and its share of deciding and storing."""
+        means = self.means_ms()
+        shared = (means["decide"] + means["store"]) / 1000
+        n = min(len(self.build), len(self.http))
+        return [1000 * (self.build[i] + self.http[i] + shared) for i in range(n)]
+
+
+def instrument(engine: VLLMServerEngine, clock: ClientClock) -> None:
+    engine.builder.build = clock.timed("build", engine.builder.build)
+    engine._read_one = clock.timed("http", engine._read_one)
+
+
+def project(db: Database, name: str, texts: list[str]) -> None:
+    with db.session() as session:
+        repo.create_project(session, name, Schema.from_dict({**TICKETS_SCHEMA, "samples": 1}), "bench")
+    import_items(db, name, pd.DataFrame({"text": texts}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--latencies", default="50,100", help="service latency per read, ms")
+    ap.add_argument("--in-flight", default="1,8,32,64")
+    ap.add_argument("--rounds", type=int, default=30, help="reads per in-flight slot in one pass")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    latencies = [float(x) for x in args.latencies.split(",")]
+    levels = [int(x) for x in args.in_flight.split(",")]
+    texts = [f"Ticket {i}: the {['dashboard', 'export', 'invoice', 'login'][i % 4]} has been failing since "
+             f"the update on day {i % 28 + 1}." for i in range(max(levels) * args.rounds)]
+    folder = Path(tempfile.mkdtemp(prefix="diffjev-throughput-"))
+    db = Database(folder / "bench.db")
+    for n in levels:
+        project(db, f"n{n}", texts[:n * args.rounds])
+    tokenizer = offline_gemma_tokenizer()
+
+    # Deciding and storing run once per chunk or batch: their per-read share comes from these wrappers.
+    clock = ClientClock()
+    original_decide_chunk = engine_base.CanvasEngine._decide_chunk
+    engine_base.CanvasEngine._decide_chunk = clock.timed(
+        "decide", original_decide_chunk, per_items=lambda a, r: max(1, len(r)))
+    original_store = repo.store_reads
+    repo.store_reads = clock.timed("store", original_store, per_items=lambda a, r: max(1, len(a[3])))
+
+    rows, ceilings = [], []
+    for latency in latencies:
+        proc, url = start_server(latency)
+        try:
+            warm = VLLMServerEngine(url, SERVED, tokenizer, max_in_flight=max(levels))
+            started = time.perf_counter()
+            report = prelabel(db, f"n{max(levels)}", warm, batch_items=64)
+            ceilings.append((latency, report.read / (time.perf_counter() - started)))
+            warm.close()
+            for n in levels:
+                rates, overheads, cpu, parts = [], [], [], []
+                for _ in range(args.repeats):
+                    engine = VLLMServerEngine(url, SERVED, tokenizer, max_in_flight=n)
+                    clock.reset()
+                    instrument(engine, clock)
+                    cpu_started, started = time.process_time(), time.perf_counter()
+                    report = prelabel(db, f"n{n}", engine, batch_items=64)
+                    seconds = time.perf_counter() - started
+                    cpu.append((time.process_time() - cpu_started) / report.read * 1000)
+                    engine.close()
+                    assert report.status == "completed" and report.failed == 0, report
+                    rates.append(report.read / seconds)
+                    overheads.extend(clock.overhead_ms())
+                    parts.append(clock.means_ms())
+                ideal = n / (latency / 1000)
+                overheads.sort()
+                rows.append((latency, n, n * args.rounds, statistics.median(rates), ideal,
+                             statistics.median(overheads), overheads[int(0.95 * (len(overheads) - 1))],
+                             statistics.median(cpu), parts[len(parts) // 2]))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    repo.store_reads = original_store
+    engine_base.CanvasEngine._decide_chunk = original_decide_chunk
+
+    print(f"Pre-label throughput, demo schema (3 questions), {os.cpu_count()} CPUs; "
+          f"median of {args.repeats} passes\n")
+    print("| latency | in flight | reads / pass | reads/s | ideal | share of ideal | client overhead p50 | "
+          "p95 | client CPU / read (all threads) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for latency, n, reads, rate, ideal, p50, p95, cpu, _ in rows:
+        print(f"| {latency:.0f} ms | {n} | {reads} | {rate:.1f} | {ideal:.0f} | {rate / ideal:.0%} | "
+              f"{p50:.2f} ms | {p95:.2f} ms | {cpu:.2f} ms |")
+    print("\nWhere the client's time per read goes (mean CPU ms per read, one pass):\n")
+    print("| latency | in flight | canvas | HTTP + parsing | deciding and dispatch | storing |")
+    print("|---|---|---|---|---|---|")
+    for latency, n, *_, part in rows:
+        print(f"| {latency:.0f} ms | {n} | {part['build']:.2f} | {part['http']:.2f} | {part['decide']:.2f} | "
+              f"{part['store']:.2f} |")
+    print()
+    for latency, rate in ceilings:
+        print(f"- warm pass, the tiny model computing every read on this CPU ({latency:.0f} ms added): "
+              f"{rate:.1f} reads/s")
+    print(f"- for scale, {PUBLISHED}")
+    print(f"- targets: at least {TARGET_SHARE:.0%} of the ideal at 32 in flight; client overhead p50 under "
+          f"{TARGET_OVERHEAD_MS:.0f} ms per read")
+
+
+if __name__ == "__main__":
+    main()
