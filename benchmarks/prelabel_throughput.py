@@ -12,6 +12,8 @@ started as its own process with `--service-latency-ms` 50 and 100, at 1, 8, 32 a
   every read with the model (its rate is printed as the CPU ceiling), and the timed passes, which ask
   for exactly the same seeded reads, get those answers back after the configured latency. The timed
   passes measure the client against the latency, as a GPU server would serve it.
+- The endpoint's CPU per read is read from /proc: client and endpoint share this machine's two cores,
+  and "CPU cores busy" says how much of them a level used.
 - The client's own overhead per read is its CPU time, measured per read on the threads that do the
   work: building the canvas, the HTTP request and parsing its answer, deciding, and the read's share
   of its batch commit. p50 and p95 over every read at 32 in flight.
@@ -74,6 +76,12 @@ def start_server(latency_ms: float) -> tuple[subprocess.Popen, str]:
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"the endpoint did not start: {proc.stderr.read().decode()[-2000:]}")
         time.sleep(0.5)
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds a process has used (user + system), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class ClientClock:
@@ -157,15 +165,17 @@ def main() -> None:
             ceilings.append((latency, report.read / (time.perf_counter() - started)))
             warm.close()
             for n in levels:
-                rates, overheads, cpu, parts = [], [], [], []
+                rates, overheads, cpu, parts, server_cpu = [], [], [], [], []
                 for _ in range(args.repeats):
                     engine = VLLMServerEngine(url, SERVED, tokenizer, max_in_flight=n)
                     clock.reset()
                     instrument(engine, clock)
+                    server_started = process_cpu_s(proc.pid)
                     cpu_started, started = time.process_time(), time.perf_counter()
                     report = prelabel(db, f"n{n}", engine, batch_items=64)
                     seconds = time.perf_counter() - started
                     cpu.append((time.process_time() - cpu_started) / report.read * 1000)
+                    server_cpu.append((process_cpu_s(proc.pid) - server_started) / report.read * 1000)
                     engine.close()
                     assert report.status == "completed" and report.failed == 0, report
                     rates.append(report.read / seconds)
@@ -175,7 +185,7 @@ def main() -> None:
                 overheads.sort()
                 rows.append((latency, n, n * args.rounds, statistics.median(rates), ideal,
                              statistics.median(overheads), overheads[int(0.95 * (len(overheads) - 1))],
-                             statistics.median(cpu), parts[len(parts) // 2]))
+                             statistics.median(cpu), statistics.median(server_cpu), parts[len(parts) // 2]))
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -185,15 +195,15 @@ def main() -> None:
     print(f"Pre-label throughput, demo schema (3 questions), {os.cpu_count()} CPUs; "
           f"median of {args.repeats} passes\n")
     print("| latency | in flight | reads / pass | reads/s | ideal | share of ideal | client overhead p50 | "
-          "p95 | client CPU / read (all threads) |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for latency, n, reads, rate, ideal, p50, p95, cpu, _ in rows:
+          "p95 | client CPU / read (all threads) | endpoint CPU / read | CPU cores busy |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for latency, n, reads, rate, ideal, p50, p95, cpu, server, _ in rows:
         print(f"| {latency:.0f} ms | {n} | {reads} | {rate:.1f} | {ideal:.0f} | {rate / ideal:.0%} | "
-              f"{p50:.2f} ms | {p95:.2f} ms | {cpu:.2f} ms |")
+              f"{p50:.2f} ms | {p95:.2f} ms | {cpu:.2f} ms | {server:.2f} ms | {rate * (cpu + server) / 1000:.2f} |")
     print("\nWhere the client's time per read goes (mean CPU ms per read, one pass):\n")
     print("| latency | in flight | canvas | HTTP + parsing | deciding and dispatch | storing |")
     print("|---|---|---|---|---|---|")
-    for latency, n, *_, part in rows:
+    for latency, n, *_, part in rows:  # noqa: B007
         print(f"| {latency:.0f} ms | {n} | {part['build']:.2f} | {part['http']:.2f} | {part['decide']:.2f} | "
               f"{part['store']:.2f} |")
     print()

@@ -304,7 +304,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from diffjev.io import SourceError
+    from diffjev.io import ExportError, SourceError
     from diffjev.storage.repo import Conflict, NotFound, StaleWrite
 
     args = parser().parse_args(argv)
@@ -312,7 +312,8 @@ def main(argv: list[str] | None = None) -> None:
         args.backend = "transformers"  # --tiny alone means the in-process server
     try:
         args.func(args)
-    except (UserError, SchemaError, EngineError, ModelLoadError, SourceError, NotFound, Conflict, StaleWrite) as exc:
+    except (UserError, SchemaError, EngineError, ModelLoadError, SourceError, ExportError, NotFound, Conflict,
+            StaleWrite) as exc:
         print(f"diffjev {args.command}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 

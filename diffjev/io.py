@@ -10,6 +10,8 @@ crash never leaves a half file under the final name.
 from __future__ import annotations
 
 import csv
+import errno
+import glob
 import hashlib
 import json
 import os
@@ -262,15 +264,45 @@ def load_hf_dataset(source: Any, split: str = "train") -> Any:
 
 # Writing ------------------------------------------------------------------------------------------------
 
+class ExportError(Exception):
+    """An export that could not be written (a full disk, a folder that cannot be written); nothing was
+    left under the export's name."""
+
+
+def _sweep_partials(target: Path) -> None:
+    """Remove what killed exports to `target` left behind: their temporary files carry the writer's pid."""
+    for leftover in target.parent.glob(f".{glob.escape(target.name)}.*.partial"):
+        pid = leftover.name[len(target.name) + 2:].split(".", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @contextmanager
 def atomic_path(target: str | os.PathLike, directory: bool = False) -> Iterator[Path]:
-    """A temporary path beside `target`, moved onto it only when the block finishes without error."""
+    """A temporary path beside `target`, moved onto it only when the block finishes without error.
+
+    A process killed mid-write cannot remove its temporary file; its name holds the pid, and the next
+    write to the same target removes it.
+    """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
+    _sweep_partials(target)
+    prefix = f".{target.name}.{os.getpid()}."
     if directory:
-        temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+        temp = Path(tempfile.mkdtemp(prefix=prefix, suffix=".partial", dir=target.parent))
     else:
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+        fd, name = tempfile.mkstemp(prefix=prefix, suffix=".partial", dir=target.parent)
         os.close(fd)
         temp = Path(name)
     try:
@@ -278,7 +310,7 @@ def atomic_path(target: str | os.PathLike, directory: bool = False) -> Iterator[
         if directory:
             backup = None
             if target.exists():
-                backup = target.with_name(f".{target.name}.old-{os.getpid()}")
+                backup = target.with_name(f".{target.name}.{os.getpid()}.old.partial")
                 os.replace(target, backup)
             os.replace(temp, target)
             if backup is not None:
@@ -303,6 +335,20 @@ def write_export(batches: Iterable[dict[str, list]], target: str | os.PathLike, 
     returns the number of records. Columns, not records: a batch goes to Arrow with no per-row work."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    try:
+        return _write_export(batches, target, fmt, arrow_schema, on_batch)
+    except OSError as exc:
+        # Arrow's writer reports a full disk with no errno, only in its message.
+        full = "No space left on device" in str(exc)
+        if not full and exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EROFS):
+            raise
+        reason = "no space left on device" if full or exc.errno == errno.ENOSPC else exc.strerror
+        raise ExportError(f"the export could not be written to {target}: {reason}. Nothing was written under "
+                          f"that name; free some space or choose another folder") from None
+
+
+def _write_export(batches: Iterable[dict[str, list]], target: str | os.PathLike, fmt: str, arrow_schema: Any,
+                  on_batch: Callable[[int], None] | None) -> int:
     names = list(arrow_schema.names)
     count = 0
     with atomic_path(target, directory=fmt == "hf") as temp:

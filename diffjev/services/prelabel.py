@@ -60,6 +60,7 @@ class RunReport:
     failed: int
     seconds: float
     failures: list[tuple[int, str | None, str]] = field(default_factory=list)  # item id, external id, error
+    error: str | None = None  # why a failed run stopped
 
 
 def start_run(db: Database, project_name: str, engine: Engine, *, only_unlabeled: bool = False,
@@ -248,4 +249,4 @@ def _finish(db: Database, run_id: int, status: str, error: str | None, actor: st
 
     counts, failures = db.write(work)
     return RunReport(run_id, status, counts.get("ok", 0), counts.get("failed", 0), time.perf_counter() - started,
-                     failures)
+                     failures, error)

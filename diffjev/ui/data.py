@@ -14,7 +14,7 @@ import pandas as pd
 
 from diffjev.engines.auto import ENGINE_CHOICES, EngineChoice, choose_engine
 from diffjev.engines.base import EngineError
-from diffjev.io import SourceError, peek
+from diffjev.io import ExportError, SourceError, peek
 from diffjev.models import ModelLoadError
 from diffjev.services.exporting import export_project
 from diffjev.services.importing import import_items
@@ -148,7 +148,7 @@ def build_export(studio: Studio) -> None:
         try:
             count = export_project(studio.db, studio.project, target, fmt_name, annotator=who.strip() or None,
                                    reviewed_only=reviewed_only, actor=studio.annotator(request))
-        except (SourceError, repo.NotFound) as exc:
+        except (SourceError, ExportError, repo.NotFound) as exc:
             return f"⚠️ {html.escape(str(exc))}", gr.update(visible=False)
         if fmt_name == "hf":  # a dataset is a folder: hand it over as one zip
             target = Path(shutil.make_archive(str(target), "zip", target))

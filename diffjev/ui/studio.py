@@ -114,7 +114,9 @@ def build_blocks(studio: Studio) -> gr.Blocks:
 
 def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> FastAPI:
     """The studio's server: the Jev API at /v1/systemone and the Gradio app at /."""
-    app = FastAPI(title="diffjev studio")
+    # With logins on, no route answers without one: the API's own docs and schema are closed too.
+    closed = {"docs_url": None, "redoc_url": None, "openapi_url": None} if auth else {}
+    app = FastAPI(title="diffjev studio", **closed)
     app.include_router(jev_router(studio.chosen.engine, studio.chosen.engine.model_name, auth))
     return gr.mount_gradio_app(app, build_blocks(studio), path="/", auth=auth, css=CSS + playground.CSS,
                                head=annotate.KEYS_JS,
