@@ -61,7 +61,7 @@ def _load_schema(path: str):
 
 def _engine(args: argparse.Namespace):
     chosen = choose_engine(EngineChoice(kind=args.engine, url=args.url, model=args.model, tokenizer=args.tokenizer,
-                                        canvas_length=args.canvas))
+                                        canvas_length=args.canvas, api_key=os.environ.get("DIFFJEV_VLLM_API_KEY")))
     print(f"# engine: {chosen.description}", file=sys.stderr)
     return chosen.engine
 
@@ -90,7 +90,21 @@ def cmd_init(args: argparse.Namespace) -> None:
     db = _db(args)
     with db.session() as session:
         repo.create_project(session, args.project, schema, args.user, text_field=args.text_field)
+        if args.members:
+            repo.set_members(session, args.project, args.members.split(","), args.user)
     print(f"created project {args.project!r} with {len(schema.questions)} questions in {db.url}")
+
+
+def cmd_members(args: argparse.Namespace) -> None:
+    from diffjev.storage import repo
+
+    if (args.users is None) == (not args.open):
+        raise UserError("give the members as user1,user2, or --open to let every user who can log in open it")
+    members = None if args.open else args.users.split(",")
+    with _db(args).session() as session:
+        repo.set_members(session, args.project, members, args.user)
+    print(f"project {args.project!r}: " + ("open to every user" if members is None else
+                                          f"only {', '.join(sorted(set(m.strip() for m in members if m.strip())))}"))
 
 
 def cmd_import(args: argparse.Namespace) -> None:
@@ -140,8 +154,12 @@ def cmd_prelabel(args: argparse.Namespace) -> None:
           f"{report.seconds:.1f} s")
     for item_id, external_id, error in report.failures[:20]:
         print(f"  failed item {external_id or item_id}: {error}")
-    if report.status == "cancelled":
+    if report.error:
+        print(f"  {report.error}")
+    if report.status in ("cancelled", "failed"):
         print(f"  resume with: diffjev prelabel --project {shlex.quote(args.project)} --resume {report.run_id}")
+    if report.status == "failed":
+        raise SystemExit(1)
 
 
 def cmd_export(args: argparse.Namespace) -> None:
@@ -250,6 +268,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--project", required=True)
     p.add_argument("--schema", required=True, help="a schema JSON file")
     p.add_argument("--text-field", default="text", help="the column that holds the text (default: text)")
+    p.add_argument("--members", help="only these users (user1,user2) may open the project in the studio")
+
+    p = command("members", cmd_members, "restrict a project to named users, or open it to every user")
+    p.add_argument("--project", required=True)
+    p.add_argument("users", nargs="?", help="user1,user2: the only users who may open the project in the studio")
+    p.add_argument("--open", action="store_true", help="let every user who can log in open the project")
 
     p = command("import", cmd_import, "import items from CSV, JSONL, Parquet or a Hugging Face dataset")
     p.add_argument("--project", required=True)

@@ -28,6 +28,6 @@ def studio_db(path, texts, prelabel_with=None, name="tickets"):
     return db
 
 
-def serve_studio(db, engine, name="tickets", auth=None):
-    studio = Studio(db, ChosenEngine(engine, "transformers, tiny random DiffusionGemma"), name)
+def serve_studio(db, engine, name="tickets", auth=None, **settings):
+    studio = Studio(db, ChosenEngine(engine, "transformers, tiny random DiffusionGemma"), name, **settings)
     return LocalServer(create_app(studio, auth)), studio

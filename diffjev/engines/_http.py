@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import orjson
 
-from diffjev.engines.base import EngineError
+from diffjev.engines.base import EngineError, shown_url
 
 JSON = {"Content-Type": "application/json"}
 
@@ -54,21 +54,27 @@ class HTTPClients:
 
 def post_json(client: httpx.Client, where: str, body: dict[str, Any], server: str) -> Any:
     """POST `body` to `where` and return the decoded JSON answer; `server` names the kind of server."""
-    try:
-        response = client.post(where, content=orjson.dumps(body), headers=JSON)
-    except httpx.ConnectError as exc:
-        raise EngineError(f"cannot reach the {server} at {where} ({exc}); is it running?") from None
-    except httpx.TimeoutException:
-        raise EngineError(f"the {server} at {where} did not answer within the timeout "
-                          f"({client.timeout.read} s)") from None
-    except httpx.HTTPError as exc:
-        raise EngineError(f"request to the {server} at {where} failed: {exc}") from None
-    if response.status_code != 200:
-        raise EngineError(f"the {server} at {where} answered {response.status_code}: {_error_message(response)}")
+    response = _post(client, where, body, shown_url(where), server)
     try:
         return orjson.loads(response.content)
     except ValueError:
-        raise EngineError(f"the {server} at {where} answered with malformed JSON: {response.text[:200]!r}") from None
+        raise EngineError(f"the {server} at {shown_url(where)} answered with malformed JSON: "
+                          f"{response.text[:200]!r}") from None
+
+
+def _post(client: httpx.Client, where: str, body: dict[str, Any], shown: str, server: str) -> httpx.Response:
+    try:
+        response = client.post(where, content=orjson.dumps(body), headers=JSON)
+    except httpx.ConnectError as exc:
+        raise EngineError(f"cannot reach the {server} at {shown} ({exc}); is it running?") from None
+    except httpx.TimeoutException:
+        raise EngineError(f"the {server} at {shown} did not answer within the timeout "
+                          f"({client.timeout.read} s)") from None
+    except httpx.HTTPError as exc:
+        raise EngineError(f"request to the {server} at {shown} failed: {type(exc).__name__}") from None
+    if response.status_code != 200:
+        raise EngineError(f"the {server} at {shown} answered {response.status_code}: {_error_message(response)}")
+    return response
 
 
 def _error_message(response: httpx.Response) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from diffjev.engines.base import Engine, EngineError
+from diffjev.engines.base import Engine, EngineError, shown_url
 from diffjev.models import ModelLoadError
 
 ENGINE_CHOICES = ("auto", "vllm", "jev", "transformers", "autoregressive", "autoregressive-sequential")
@@ -21,6 +21,7 @@ class EngineChoice:
     model: str | None = None  # default: $DIFFJEV_VLLM_MODEL for a server, $DIFFJEV_MODEL in-process
     tokenizer: str | None = None
     canvas_length: int = 64
+    api_key: str | None = None  # default: $DIFFJEV_VLLM_API_KEY; sent only in the Authorization header
 
 
 @dataclass(frozen=True)
@@ -38,16 +39,18 @@ def choose_engine(choice: EngineChoice) -> ChosenEngine:
         if not url:
             raise EngineError(f"the {choice.kind} engine needs a server URL: pass --url or set DIFFJEV_VLLM_URL")
         model = choice.model or os.environ.get("DIFFJEV_VLLM_MODEL")
+        api_key = choice.api_key or os.environ.get("DIFFJEV_VLLM_API_KEY") or None
         if choice.kind == "jev":
             from diffjev.engines.jev_api import JevAPIEngine
 
-            return ChosenEngine(JevAPIEngine(url, model), f"Jev API at {url}" + (f", model {model}" if model else ""))
+            return ChosenEngine(JevAPIEngine(url, model, api_key=api_key),
+                                f"Jev API at {shown_url(url)}" + (f", model {model}" if model else ""))
         if not model:
             raise EngineError("the vllm engine needs the served model name: pass --model or set DIFFJEV_VLLM_MODEL")
         from diffjev.engines.vllm import VLLMServerEngine
 
-        engine = VLLMServerEngine(url, model, choice.tokenizer, canvas_length=choice.canvas_length)
-        return ChosenEngine(engine, f"vLLM server at {url}, model {model}")
+        engine = VLLMServerEngine(url, model, choice.tokenizer, canvas_length=choice.canvas_length, api_key=api_key)
+        return ChosenEngine(engine, f"vLLM server at {shown_url(url)}, model {model}")
     if choice.kind.startswith("autoregressive"):  # DIFFJEV_MODEL names a diffusion model: only --model applies
         from diffjev.engines.autoregressive import AutoregressiveEngine
 

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import islice
 from typing import Any, Iterable, Iterator, Sequence
+from urllib.parse import urlsplit, urlunsplit
 
 from diffjev.canvas import Canvas, CanvasBuilder, draw_seed, fill_noise
 from diffjev.decide import Decision, SlotRead, decide, needs_more_draws
@@ -23,6 +24,14 @@ DEFAULT_SEED = 42
 
 class EngineError(RuntimeError):
     """A read that could not be made. The message names the engine or endpoint and what went wrong."""
+
+
+def shown_url(url: str) -> str:
+    """A server URL fit for a page, a log or a stored run: without any user and password in it."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
 
 
 class Engine(ABC):

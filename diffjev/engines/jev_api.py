@@ -77,7 +77,7 @@ class JevAPIEngine(Engine):
                 dist = _distribution(q, data["answers"][q.id], (data.get("diagnostics") or {}).get(q.id) or {})
                 answers[q.id] = aggregate(q, [dist])
         except (ValueError, KeyError, TypeError) as exc:
-            raise EngineError(f"the answer from the Jev API at {where} is not a structured decision ({exc!r}): "
+            raise EngineError(f"the answer from the Jev API at {shown_url(where)} is not a structured decision ({exc!r}): "
                               f"{str(data)[:200]}") from None
         diagnostics = {
             "engine": self.name, "model": data.get("model") or self.model_name, "endpoint": where,

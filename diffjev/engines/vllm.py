@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from diffjev.canvas import Canvas, CanvasBuilder, DEFAULT_MAX_WIDTH, ModelFormat
 from diffjev.decide import SlotRead
 from diffjev.engines._http import HTTPClients, post_json
-from diffjev.engines.base import CanvasEngine, EngineError
+from diffjev.engines.base import CanvasEngine, EngineError, shown_url
 from diffjev.models import load_tokenizer
 
 TOP_LOGPROBS = 20
@@ -92,7 +92,7 @@ class VLLMServerEngine(CanvasEngine):
             return parse_chat_logprobs(data, canvas)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise EngineError(
-                f"the answer from {self.endpoint} has no usable choices[0].logprobs.content at the slots ({exc!r}); "
+                f"the answer from {shown_url(self.endpoint)} has no usable choices[0].logprobs.content at the slots ({exc!r}); "
                 f"the server must be a vLLM build with structured reads") from None
 
     def close(self) -> None:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from itertools import islice
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from diffjev.io import Rejected, Row, read_rows
+from diffjev.io import Rejected, Row, SourceError, read_rows
 from diffjev.storage import repo
 from diffjev.storage.db import Database
 
 CHUNK_ROWS = 5_000
+HUB_DATASET = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 MAX_REPORTED_REJECTS = 1_000  # every reject is counted; the first thousand are kept with their reasons
 
 
@@ -27,6 +30,27 @@ class ImportReport:
         if self.rejected > 20:
             lines.append(f"  ... and {self.rejected - 20} more")
         return "\n".join(lines)
+
+
+def dataset_source(name: str, folder: Path) -> str:
+    """What a studio user may import by name: a saved dataset folder inside `folder`, or a Hugging Face
+    Hub dataset name. A name that reaches outside `folder` (absolute, `..`, a link out) is refused, so a
+    user of the studio cannot read the server's other files."""
+    name = name.strip()
+    where = Path(name)
+    if where.is_absolute() or ".." in where.parts or "\x00" in name:
+        raise SourceError(f"dataset {name!r}: a folder must be named relative to the import folder {folder}, "
+                          f"without '..'; move the dataset under it, or give a Hub dataset name (owner/name)")
+    root = folder.resolve()
+    local = (root / where).resolve()
+    if not local.is_relative_to(root):
+        raise SourceError(f"dataset {name!r} leads outside the import folder {folder}; move the dataset under it")
+    if local.exists():
+        return str(local)
+    if HUB_DATASET.fullmatch(name):
+        return name
+    raise SourceError(f"dataset {name!r} is neither a folder under the import folder {folder} nor a Hub dataset "
+                      f"name (owner/name)")
 
 
 def import_items(db: Database, project_name: str, source: Any, *, text_field: str | None = None,

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from diffjev.decide import Decision
-from diffjev.engines.base import Engine
+from diffjev.engines.base import Engine, shown_url
 from diffjev.errors import SchemaError
 from diffjev.read import read, read_many
 from diffjev.schema import Schema
@@ -63,14 +63,24 @@ class RunReport:
     error: str | None = None  # why a failed run stopped
 
 
+def engine_settings(engine: Engine) -> dict[str, Any]:
+    """The engine's plain settings, kept with the run: never a key or token, and URLs without a password."""
+    settings = {}
+    for name, value in vars(engine).items():
+        if name.startswith("_") or not isinstance(value, (str, int, float, bool)):
+            continue
+        if any(word in name.lower() for word in ("key", "token", "secret", "password")):
+            continue
+        settings[name] = shown_url(value) if isinstance(value, str) and "://" in value else value
+    return settings
+
+
 def start_run(db: Database, project_name: str, engine: Engine, *, only_unlabeled: bool = False,
               seed: int = 42, actor: str = "system") -> int:
     with db.session() as session:
         project = repo.get_project(session, project_name)
         version = repo.latest_version(session, project.id)
-        params = {"seed": seed, "only_unlabeled": only_unlabeled,
-                  "engine_settings": {k: v for k, v in vars(engine).items()
-                                      if isinstance(v, (str, int, float, bool)) and not k.startswith("_")}}
+        params = {"seed": seed, "only_unlabeled": only_unlabeled, "engine_settings": engine_settings(engine)}
         run = repo.create_run(session, project.id, version, engine.name, engine.model_name,
                               getattr(engine, "model_version", None), params, actor)
         repo.inherit_temperatures(session, run, actor)

@@ -43,6 +43,8 @@ class Project(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     text_field: Mapped[str] = mapped_column(String(200), default="text")
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    # The users who may open the project in the studio; None: every user who can log in.
+    members: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
     versions: Mapped[list["SchemaVersion"]] = relationship(back_populates="project", order_by="SchemaVersion.version")
 
 

@@ -73,6 +73,22 @@ def create_project(session: Session, name: str, schema: Schema, actor: str, text
     return project
 
 
+def set_members(session: Session, project_name: str, members: Sequence[str] | None, actor: str) -> None:
+    """Restrict a project to the named users (None: open to every user who can log in)."""
+    project = get_project(session, project_name)
+    if members is not None:
+        members = sorted({m.strip() for m in members if m.strip()})
+        if not members:
+            raise Conflict(f"project {project_name!r}: name at least one member, or open it to every user")
+    project.members = members
+    log(session, actor, "project.members", project.id, members=members)
+
+
+def is_member(session: Session, project_name: str, user: str) -> bool:
+    members = session.scalar(select(Project.members).where(Project.name == project_name))
+    return members is None or user in members
+
+
 def save_schema(session: Session, project: Project, schema: Schema, actor: str) -> SchemaVersion:
     """A new schema version, unless nothing changed. Unchanged questions keep their rows (and answers)."""
     current = latest_version(session, project.id)

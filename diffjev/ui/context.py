@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -25,6 +26,10 @@ class Studio:
     chosen: ChosenEngine
     project: str
     export_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="diffjev-exports-")))
+    # Saved datasets a user may import by folder name; nothing outside it ($DIFFJEV_IMPORT_DIR).
+    import_dir: Path = field(default_factory=lambda: Path(os.environ.get("DIFFJEV_IMPORT_DIR", "imports")))
+    # The largest upload the studio accepts ($DIFFJEV_MAX_UPLOAD, Gradio's size syntax: "200mb", "1gb").
+    max_upload: str = field(default_factory=lambda: os.environ.get("DIFFJEV_MAX_UPLOAD", "200mb"))
     cancels: dict[str, threading.Event] = field(default_factory=dict)
     # (handler, inputs, outputs) that fill a tab when the page loads
     on_load: list[tuple[Any, list, list]] = field(default_factory=list)

@@ -17,17 +17,20 @@ from diffjev.engines.base import EngineError
 from diffjev.io import ExportError, SourceError, peek
 from diffjev.models import ModelLoadError
 from diffjev.services.exporting import export_project
-from diffjev.services.importing import import_items
+from diffjev.services.importing import dataset_source, import_items
 from diffjev.services.prelabel import prelabel
 from diffjev.storage import repo
 from diffjev.ui.context import Studio
 
 
-def _source(upload: Any, dataset_name: str) -> Any:
+def _source(studio: Studio, upload: Any, dataset_name: str) -> Any:
     if upload:
         return upload if isinstance(upload, str) else upload.name
     if dataset_name.strip():
-        return dataset_name.strip()
+        try:
+            return dataset_source(dataset_name, studio.import_dir)
+        except SourceError as exc:
+            raise gr.Error(str(exc)) from None
     raise gr.Error("Upload a CSV, JSONL or Parquet file, or give a Hugging Face dataset name.")
 
 
@@ -35,7 +38,7 @@ def build_import(studio: Studio) -> None:
     with gr.Row():
         upload = gr.File(label="CSV, JSONL or Parquet", file_types=[".csv", ".jsonl", ".json", ".parquet"],
                          elem_id="import-file")
-        dataset = gr.Textbox(label="…or a Hugging Face dataset (name or save_to_disk folder)", elem_id="import-hf")
+        dataset = gr.Textbox(label="…or a Hugging Face dataset (a Hub name, or a save_to_disk folder in the import folder)", elem_id="import-hf")
     look = gr.Button("Preview", elem_id="import-preview")
     preview = gr.Dataframe(label="First rows", interactive=False, elem_id="import-table")
     with gr.Row():
@@ -47,7 +50,7 @@ def build_import(studio: Studio) -> None:
 
     def show(upload: Any, dataset_name: str) -> tuple:
         try:
-            columns, rows = peek(_source(upload, dataset_name))
+            columns, rows = peek(_source(studio, upload, dataset_name))
         except SourceError as exc:
             raise gr.Error(str(exc)) from None
         text = next((c for c in columns if c.lower() in ("text", "body", "content", "message")), columns[0])
@@ -59,7 +62,8 @@ def build_import(studio: Studio) -> None:
     def run(upload: Any, dataset_name: str, text: str, ident: str, context_columns: list[str],
             request: gr.Request) -> str:
         try:
-            result = import_items(studio.db, studio.project, _source(upload, dataset_name), text_field=text or None,
+            result = import_items(studio.db, studio.project, _source(studio, upload, dataset_name),
+                                  text_field=text or None,
                                   id_field=ident or None, context_fields=context_columns,
                                   actor=studio.annotator(request))
         except SourceError as exc:
@@ -119,7 +123,7 @@ def build_prelabel(studio: Studio) -> None:
             if engine is not studio.chosen.engine:  # made for this run: release its connections
                 engine.close()
         text = (f"Run {result.run_id} **{result.status}**: {result.read} items read, {result.failed} failed, "
-                f"{result.seconds:.1f} s.")
+                f"{result.seconds:.1f} s." + (f" {html.escape(result.error)}" if result.error else ""))
         return text, pd.DataFrame(result.failures, columns=["item", "external id", "error"])
 
     def cancel_run() -> str:

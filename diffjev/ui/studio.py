@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import hmac
 import html
 import logging
 import os
 import threading
 
 import gradio as gr
-from fastapi import FastAPI
+from fastapi import FastAPI, HTTPException
 from sqlalchemy import select
 
 from diffjev.api import jev_router
@@ -112,15 +113,36 @@ def build_blocks(studio: Studio) -> gr.Blocks:
     return blocks
 
 
+def login_check(studio: Studio, users: list[tuple[str, str]]):
+    """Gradio's login: the password, and, where the project names its members, membership. A user who
+    is not a member cannot log in to this project's studio, so no route shows them its items."""
+    passwords = dict(users)
+
+    def check(username: str, password: str) -> bool:
+        expected = passwords.get(username)
+        if expected is None or not hmac.compare_digest(expected.encode(), password.encode()):
+            return False
+        with studio.db.read() as session:
+            return repo.is_member(session, studio.project, username)
+    return check
+
+
 def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> FastAPI:
     """The studio's server: the Jev API at /v1/systemone and the Gradio app at /."""
     # With logins on, no route answers without one: the API's own docs and schema are closed too.
     closed = {"docs_url": None, "redoc_url": None, "openapi_url": None} if auth else {}
     app = FastAPI(title="diffjev studio", **closed)
     app.include_router(jev_router(studio.chosen.engine, studio.chosen.engine.model_name, auth))
-    return gr.mount_gradio_app(app, build_blocks(studio), path="/", auth=auth, css=CSS + playground.CSS,
+    if auth:  # the mounted Gradio app would serve its own OpenAPI schema here
+
+        @app.get("/openapi.json", include_in_schema=False)
+        def no_schema_without_a_login() -> None:
+            raise HTTPException(404)
+
+    return gr.mount_gradio_app(app, build_blocks(studio), path="/", auth=login_check(studio, auth) if auth else None,
+                               auth_message="Log in with your diffjev user and password.", css=CSS + playground.CSS,
                                head=annotate.KEYS_JS,
-                               allowed_paths=[str(studio.export_dir)], max_file_size="200mb")
+                               allowed_paths=[str(studio.export_dir)], max_file_size=studio.max_upload)
 
 
 def main() -> None:
