@@ -8,9 +8,8 @@ works too (`DIFFJEV_DB`), PostgreSQL included, through the same code.
 from __future__ import annotations
 
 import os
-import threading
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
@@ -96,10 +95,6 @@ class Database:
         if migrate:
             upgrade(self.engine)
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
-        # SQLite has one writer at a time, and a writer that finds the lock taken polls for it with
-        # sleeps of up to 100 ms. Writers of this process queue here instead and take the lock the
-        # moment it is free; other processes still wait on the busy timeout.
-        self._writers = threading.RLock() if self.engine.url.get_backend_name() == "sqlite" else nullcontext()
         self.read_sessions = sessionmaker(self.engine.execution_options(read_only=True), expire_on_commit=False)
 
     @property
@@ -109,7 +104,7 @@ class Database:
     @contextmanager
     def session(self) -> Iterator[Session]:
         """One unit of work: committed when the block ends, rolled back if it raises."""
-        with self._writers, self.sessions.begin() as session:
+        with self.sessions.begin() as session:
             yield session
 
     @contextmanager
