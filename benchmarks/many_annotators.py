@@ -14,17 +14,13 @@ Run: python benchmarks/many_annotators.py [--annotators 20] [--actions 200] [--i
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 from gradio_client import Client
 
 ITEM_ID = re.compile(r"<div class='dj-id'>item ([^<]+)</div>")
@@ -106,8 +102,8 @@ def simulate(url: str, users: list[tuple[str, str]], actions: int, question: str
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
-    from storage import fresh, seed_queue
-    from app_latency import free_port
+    from storage import seeded_file
+    from app_latency import running_app
     from prelabel_throughput import process_cpu_s
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -115,44 +111,20 @@ def main() -> None:
     ap.add_argument("--actions", type=int, default=200)
     ap.add_argument("--items", type=int, default=10_000)
     args = ap.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="diffjev-annotators-"))
-    db = fresh(folder, "annotators")
-    seed_queue(db, args.items)
-    db.dispose()
+    database = seeded_file("annotators", args.items)
     users = [(f"annotator{k}", f"secret{k}") for k in range(args.annotators)]
-    port = free_port()
-    env = {**os.environ, "DIFFJEV_DB": str(folder / "annotators.db"), "DIFFJEV_PROJECT": "bench", "PORT": str(port),
-           "DIFFJEV_USERS": ",".join(f"{u}:{p}" for u, p in users)}
-    app = subprocess.Popen([sys.executable, "app.py"], cwd=Path(__file__).parent.parent, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(url + "gradio_api/startup-events", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if app.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the app did not start: {app.stderr.read().decode()[-2000:]}")
-            time.sleep(0.5)
+    with running_app(database, project="bench",
+                     users=",".join(f"{u}:{p}" for u, p in users)) as app:
         started, app_cpu, own_cpu = time.perf_counter(), process_cpu_s(app.pid), time.process_time()
-        done = simulate(url, users, args.actions)
+        done = simulate(app.url, users, args.actions)
         seconds = time.perf_counter() - started
         app_cpu, own_cpu = process_cpu_s(app.pid) - app_cpu, time.process_time() - own_cpu
-    finally:
-        app.terminate()
-        try:
-            app.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            app.kill()
     from sqlalchemy import func, select
 
     from diffjev.storage.db import Database
     from diffjev.storage.models import Response
 
-    with Database(folder / "annotators.db").read() as session:
+    with Database(database).read() as session:
         stored = session.scalar(select(func.count()).select_from(Response).where(Response.annotator.in_(
             [user for user, _ in users])))
     total = len(done.latencies)

@@ -50,6 +50,15 @@ def fresh(folder: Path, name: str) -> Database:
     return db
 
 
+def seeded_file(name: str, n: int) -> Path:
+    """A new SQLite file in a temporary folder holding `seed_queue`'s project of n items."""
+    folder = Path(tempfile.mkdtemp(prefix=f"diffjev-{name}-"))
+    db = fresh(folder, name)
+    seed_queue(db, n)
+    db.dispose()
+    return folder / f"{name}.db"
+
+
 def seed_queue(db: Database, n: int) -> tuple[int, int]:
     """n items with a suggestion each for one run; the least confident third answered."""
     rng = random.Random(0)

@@ -105,6 +105,17 @@ def test_a_500_or_an_answer_without_logprobs_is_a_clear_error_for_each_item(tmp_
         assert says in error and broken.url in error
 
 
+def kill_when_paused(child: subprocess.Popen, marker, limit_s: float = 240) -> None:
+    """SIGKILL `child` once it writes `marker`: the moment it holds at the point under test."""
+    deadline = time.monotonic() + limit_s
+    while not marker.exists():
+        assert child.poll() is None, child.stderr.read().decode()[-2000:]
+        assert time.monotonic() < deadline, "the child never reached the point to kill it at"
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+
+
 PAUSE_IN_COMMIT = """
 import sys, time
 from pathlib import Path
@@ -131,13 +142,7 @@ def test_sigkill_during_a_batch_commit_leaves_whole_batches(tmp_path, tiny_model
     db = project_db(path, 40)
     child = subprocess.Popen([sys.executable, "-c", PAUSE_IN_COMMIT, str(path), str(tiny_model_folder), str(marker)],
                              stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 240
-    while not marker.exists():
-        assert child.poll() is None, child.stderr.read().decode()[-2000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    child.send_signal(signal.SIGKILL)
-    child.wait()
+    kill_when_paused(child, marker)
     assert integrity(db) == "ok"
     ok, suggestions, distinct, orphans = counts(db)
     assert ok == 16, "the two committed batches stay; the third, killed inside its commit, leaves nothing"
@@ -168,13 +173,7 @@ def test_sigkill_during_an_export_leaves_no_half_file(tmp_path, fmt):
     target = out / f"labels.{fmt}"
     child = subprocess.Popen([sys.executable, "-c", PAUSE_IN_EXPORT, str(path), str(target), str(marker), fmt],
                              stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 120
-    while not marker.exists():
-        assert child.poll() is None, child.stderr.read().decode()[-2000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    child.send_signal(signal.SIGKILL)
-    child.wait()
+    kill_when_paused(child, marker)
     assert not target.exists(), "nothing under the export's name"
     left = [p.name for p in out.iterdir()]
     assert all(name.startswith(f".labels.{fmt}.{child.pid}.") and name.endswith(".partial") for name in left)
