@@ -244,3 +244,23 @@ def test_a_database_locked_by_another_writer_makes_the_answer_wait_not_fail(tmp_
     with db.read() as session:
         stored = session.scalars(select(Response.source)).all()
     assert stored == ["accepted"]
+
+
+def test_a_database_failure_while_listing_items_fails_the_run_instead_of_completing_it(tmp_path, dgemma_engine,
+                                                                                        monkeypatch):
+    from diffjev.storage import repo
+
+    db = project_db(tmp_path / "listing.db", 20)
+    pages = []
+    real = repo.pending_item_ids
+
+    def second_page_fails(*args, **kwargs):
+        pages.append(1)
+        if len(pages) == 2:
+            raise OSError("disk I/O error")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(repo, "pending_item_ids", second_page_fails)
+    report = prelabel(db, "p", dgemma_engine, batch_items=8)
+    assert report.status == "failed" and "reading the pending items failed: OSError: disk I/O error" in report.error
+    assert report.read == 8  # the first page was read and stored; nothing claims the rest was done

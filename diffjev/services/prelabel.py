@@ -164,6 +164,7 @@ class _Reader:
         self.results: queue.Queue = queue.Queue(maxsize=4 * page)
         self._stopped = threading.Event()
         self._fed: deque[tuple[int, Any]] = deque()  # handed to the engine, not answered yet
+        self._source_failed: Exception | None = None  # the pending items could not be listed
         self._source = (db, project_id, run_id, only_unlabeled, page)
         self._reading = reading
         threading.Thread(target=self._run, name=f"prelabel-run-{run_id}", daemon=True).start()
@@ -175,9 +176,13 @@ class _Reader:
         db, project_id, run_id, only_unlabeled, page = self._source
         after = 0
         while not self._stopped.is_set():
-            with db.read() as session:
-                ids = repo.pending_item_ids(session, project_id, run_id, after, page, only_unlabeled)
-                states = [item.text for item in repo.items_by_id(session, ids)]
+            try:
+                with db.read() as session:
+                    ids = repo.pending_item_ids(session, project_id, run_id, after, page, only_unlabeled)
+                    states = [item.text for item in repo.items_by_id(session, ids)]
+            except Exception as exc:  # noqa: BLE001 - ends the feed; the run must not read it as "all done"
+                self._source_failed = exc
+                return
             if not ids:
                 return
             after = ids[-1]
@@ -219,11 +224,14 @@ class _Reader:
                     if not self._put("read", (item_id, decision, None, 1, latency)):
                         break
                 else:
+                    if self._source_failed is not None:
+                        raise self._source_failed
                     return "end", None
             except SchemaError:
                 raise
             except Exception:  # noqa: BLE001 - any engine failure: read the items it held one by one
-                pass
+                if self._source_failed is not None:
+                    raise self._source_failed from None
             while self._fed and not self._stopped.is_set():
                 item_id, state = self._fed.popleft()
                 result = _read_one(schema, item_id, state, engine, seed, retries, backoff_s)
