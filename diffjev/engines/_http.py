@@ -66,12 +66,14 @@ def _post(client: httpx.Client, where: str, body: dict[str, Any], shown: str, se
     try:
         response = client.post(where, content=orjson.dumps(body), headers=JSON)
     except httpx.ConnectError as exc:
-        raise EngineError(f"cannot reach the {server} at {shown} ({exc}); is it running?") from None
+        raise EngineError(f"cannot reach the {server} at {shown} ({str(exc).replace(where, shown)}); "
+                          f"is it running?") from None
     except httpx.TimeoutException:
         raise EngineError(f"the {server} at {shown} did not answer within the timeout "
                           f"({client.timeout.read} s)") from None
     except httpx.HTTPError as exc:
-        raise EngineError(f"request to the {server} at {shown} failed: {type(exc).__name__}") from None
+        detail = str(exc).replace(where, shown) or type(exc).__name__  # never the password in a URL
+        raise EngineError(f"request to the {server} at {shown} failed: {detail}") from None
     if response.status_code != 200:
         raise EngineError(f"the {server} at {shown} answered {response.status_code}: {_error_message(response)}")
     return response

@@ -92,7 +92,8 @@ class VLLMServerEngine(CanvasEngine):
             return parse_chat_logprobs(data, canvas)
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise EngineError(
-                f"the answer from {shown_url(self.endpoint)} has no usable choices[0].logprobs.content at the slots ({exc!r}); "
+                f"the answer from {shown_url(self.endpoint)} has no usable choices[0].logprobs.content at the "
+                f"slots ({exc!r}); "
                 f"the server must be a vLLM build with structured reads") from None
 
     def close(self) -> None:

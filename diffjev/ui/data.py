@@ -38,7 +38,8 @@ def build_import(studio: Studio) -> None:
     with gr.Row():
         upload = gr.File(label="CSV, JSONL or Parquet", file_types=[".csv", ".jsonl", ".json", ".parquet"],
                          elem_id="import-file")
-        dataset = gr.Textbox(label="…or a Hugging Face dataset (a Hub name, or a save_to_disk folder in the import folder)", elem_id="import-hf")
+        dataset = gr.Textbox(label="…or a Hugging Face dataset (a Hub name, or a save_to_disk folder in the import "
+                                   "folder)", elem_id="import-hf")
     look = gr.Button("Preview", elem_id="import-preview")
     preview = gr.Dataframe(label="First rows", interactive=False, elem_id="import-table")
     with gr.Row():
@@ -63,8 +64,7 @@ def build_import(studio: Studio) -> None:
             request: gr.Request) -> str:
         try:
             result = import_items(studio.db, studio.project, _source(studio, upload, dataset_name),
-                                  text_field=text or None,
-                                  id_field=ident or None, context_fields=context_columns,
+                                  text_field=text or None, id_field=ident or None, context_fields=context_columns,
                                   actor=studio.annotator(request))
         except SourceError as exc:
             return f"⚠️ {html.escape(str(exc))}"
