@@ -100,11 +100,9 @@ def cmd_members(args: argparse.Namespace) -> None:
 
     if (args.users is None) == (not args.open):
         raise UserError("give the members as user1,user2, or --open to let every user who can log in open it")
-    members = None if args.open else args.users.split(",")
     with _db(args).session() as session:
-        repo.set_members(session, args.project, members, args.user)
-    print(f"project {args.project!r}: " + ("open to every user" if members is None else
-                                          f"only {', '.join(sorted(set(m.strip() for m in members if m.strip())))}"))
+        members = repo.set_members(session, args.project, None if args.open else args.users.split(","), args.user)
+    print(f"project {args.project!r}: " + ("open to every user" if members is None else f"only {', '.join(members)}"))
 
 
 def cmd_import(args: argparse.Namespace) -> None:

@@ -92,3 +92,13 @@ def test_jev_engine_refuses_custom_templates_and_names_a_dead_endpoint(schema):
     url = closed_port_url()
     with pytest.raises(EngineError, match=f"cannot reach the Jev API at {url}/v1/systemone"):
         read(schema, "x", JevAPIEngine(url))
+
+
+def test_an_answer_that_is_no_decision_is_named_without_the_urls_password(schema):
+    from faulty_servers import CannedFault
+
+    with CannedFault(200, b'{"answers": {}}') as wrong:
+        with_password = wrong.url.replace("http://", "http://operator:SECRETPW@")
+        with pytest.raises(EngineError, match="is not a structured decision") as raised:
+            read(schema, "x", JevAPIEngine(with_password))
+    assert f"the Jev API at {wrong.url}/v1/systemone" in str(raised.value) and "SECRETPW" not in str(raised.value)

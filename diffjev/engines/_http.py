@@ -54,11 +54,12 @@ class HTTPClients:
 
 def post_json(client: httpx.Client, where: str, body: dict[str, Any], server: str) -> Any:
     """POST `body` to `where` and return the decoded JSON answer; `server` names the kind of server."""
-    response = _post(client, where, body, shown_url(where), server)
+    shown = shown_url(where)
+    response = _post(client, where, body, shown, server)
     try:
         return orjson.loads(response.content)
     except ValueError:
-        raise EngineError(f"the {server} at {shown_url(where)} answered with malformed JSON: "
+        raise EngineError(f"the {server} at {shown} answered with malformed JSON: "
                           f"{response.text[:200]!r}") from None
 
 

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Iterator
 from diffjev.canvas import render_state
 from diffjev.decide import Decision, SlotDistribution, aggregate
 from diffjev.engines._http import HTTPClients, post_json
-from diffjev.engines.base import DEFAULT_SEED, Engine, EngineError
+from diffjev.engines.base import DEFAULT_SEED, Engine, EngineError, shown_url
 from diffjev.jev import check_upstream_limits
 from diffjev.schema import Question, Schema, SchemaError
 
@@ -77,10 +77,10 @@ class JevAPIEngine(Engine):
                 dist = _distribution(q, data["answers"][q.id], (data.get("diagnostics") or {}).get(q.id) or {})
                 answers[q.id] = aggregate(q, [dist])
         except (ValueError, KeyError, TypeError) as exc:
-            raise EngineError(f"the answer from the Jev API at {shown_url(where)} is not a structured decision ({exc!r}): "
-                              f"{str(data)[:200]}") from None
+            raise EngineError(f"the answer from the Jev API at {shown_url(where)} is not a structured decision "
+                              f"({exc!r}): {str(data)[:200]}") from None
         diagnostics = {
-            "engine": self.name, "model": data.get("model") or self.model_name, "endpoint": where,
+            "engine": self.name, "model": data.get("model") or self.model_name, "endpoint": shown_url(where),
             "prompt_ids": None, "canvas_ids": None, "slots": None, "label_ids": None, "draws": 1,
             "model_passes": len(schema.questions),  # the server reads one canvas per question
             "sampling": "one read per question (the Jev API takes no sampling policy)",

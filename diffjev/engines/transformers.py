@@ -69,15 +69,18 @@ class TransformersEngine(CanvasEngine):
     def _read_batch(self, canvases: list[Canvas]) -> list[dict[str, SlotRead]]:
         prompt = torch.tensor([c.prompt_ids for c in canvases], device=self.device)
         canvas = torch.tensor([c.ids for c in canvases], device=self.device)
-        if self.family == "diffusion_gemma":
-            hidden = self.model.model(input_ids=prompt, decoder_input_ids=canvas).last_hidden_state
-        else:
-            hidden = self.model.model(input_ids=torch.cat([prompt, canvas], dim=1)).last_hidden_state
-            hidden = hidden[:, prompt.shape[1]:]
+        hidden = self._canvas_hidden(prompt, canvas)
         positions = torch.tensor([list(c.slots.values()) for c in canvases], device=self.device)
         rows = hidden[torch.arange(len(canvases), device=self.device)[:, None], positions]
         logprobs = head_logprobs(self.model, rows).cpu()
         return [slot_reads(lp, c) for lp, c in zip(logprobs, canvases)]
+
+    def _canvas_hidden(self, prompt: torch.Tensor, canvas: torch.Tensor) -> torch.Tensor:
+        """The backbone's last hidden states at the canvas positions: `(batch, width, hidden)`."""
+        if self.family == "diffusion_gemma":
+            return self.model.model(input_ids=prompt, decoder_input_ids=canvas).last_hidden_state
+        hidden = self.model.model(input_ids=torch.cat([prompt, canvas], dim=1)).last_hidden_state
+        return hidden[:, prompt.shape[1]:]
 
     @torch.inference_mode()
     def canvas_logprobs(self, prompt_ids: Sequence[int], canvas_ids: Sequence[int],
@@ -88,12 +91,7 @@ class TransformersEngine(CanvasEngine):
         prompt = torch.tensor([list(prompt_ids)], device=self.device)
         ids = torch.tensor([list(canvas_ids)], device=self.device)
         if rows is not None:
-            if self.family == "diffusion_gemma":
-                hidden = self.model.model(input_ids=prompt, decoder_input_ids=ids).last_hidden_state[0]
-            else:
-                hidden = self.model.model(input_ids=torch.cat([prompt, ids], dim=1)).last_hidden_state[0,
-                                                                                                    prompt.shape[1]:]
-            return head_logprobs(self.model, hidden[:rows]).cpu()
+            return head_logprobs(self.model, self._canvas_hidden(prompt, ids)[0, :rows]).cpu()
         if self.family == "diffusion_gemma":
             logits = self.model(input_ids=prompt, decoder_input_ids=ids).logits[0]
         else:

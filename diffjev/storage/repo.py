@@ -73,8 +73,10 @@ def create_project(session: Session, name: str, schema: Schema, actor: str, text
     return project
 
 
-def set_members(session: Session, project_name: str, members: Sequence[str] | None, actor: str) -> None:
-    """Restrict a project to the named users (None: open to every user who can log in)."""
+def set_members(session: Session, project_name: str, members: Sequence[str] | None,
+                actor: str) -> list[str] | None:
+    """Restrict a project to the named users (None: open to every user who can log in); returns the
+    members as stored."""
     project = get_project(session, project_name)
     if members is not None:
         members = sorted({m.strip() for m in members if m.strip()})
@@ -82,6 +84,7 @@ def set_members(session: Session, project_name: str, members: Sequence[str] | No
             raise Conflict(f"project {project_name!r}: name at least one member, or open it to every user")
     project.members = members
     log(session, actor, "project.members", project.id, members=members)
+    return members
 
 
 def is_member(session: Session, project_name: str, user: str) -> bool:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hmac
 import html
 import logging
 import os
@@ -13,7 +12,7 @@ import gradio as gr
 from fastapi import FastAPI, HTTPException
 from sqlalchemy import select
 
-from diffjev.api import jev_router
+from diffjev.api import jev_router, password_matches
 from diffjev.demo import TICKETS_SCHEMA, demo_tickets
 from diffjev.engines.auto import ChosenEngine, EngineChoice, choose_engine
 from diffjev.engines.base import EngineError
@@ -119,8 +118,7 @@ def login_check(studio: Studio, users: list[tuple[str, str]]):
     passwords = dict(users)
 
     def check(username: str, password: str) -> bool:
-        expected = passwords.get(username)
-        if expected is None or not hmac.compare_digest(expected.encode(), password.encode()):
+        if not password_matches(passwords, username, password):
             return False
         with studio.db.read() as session:
             return repo.is_member(session, studio.project, username)
