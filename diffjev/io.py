@@ -2,8 +2,10 @@
 
 Reading streams: CSV and JSONL line by line, Parquet in record batches, a DataFrame or a Hugging Face
 dataset in slices, so memory stays bounded however large the source. A bad row (no text, empty text,
-bytes that are not UTF-8, a line that is not JSON) is reported with its line or row number and skipped;
-the rest is read. Writing goes to a temporary file beside the target and is renamed into place, so a
+text over the length cap, bytes that are not UTF-8, a lone surrogate escape, a NUL character, a line that
+is not JSON or nests too deep, a field no JSON column can hold) is reported with its line or row number
+and skipped; the rest is read. Every check that storing would trip over happens here, so a chunk of rows
+that passed is stored whole on SQLite and PostgreSQL alike. Writing goes to a temporary file beside the target and is renamed into place, so a
 crash never leaves a half file under the final name.
 """
 
@@ -28,6 +30,10 @@ import orjson
 
 FORMATS = ("csv", "jsonl", "parquet", "hf")
 SLICE_ROWS = 10_000
+# Characters a spreadsheet reads as the start of a formula (OWASP, "CSV Injection").
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# A cell that is a plain number ("-5", "+3.2e4") is read as that number, never as a formula.
+PLAIN_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 class SourceError(ValueError):
@@ -73,12 +79,23 @@ def source_format(source: Any) -> str:
                        f"folder or name, or a pandas DataFrame")
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What a row may hold to be stored: the longest text and the longest id, in characters."""
+
+    max_text_chars: int | None = None
+    max_id_chars: int | None = None
+
+
 def read_rows(source: Any, text_field: str = "text", id_field: str | None = None,
-              context_fields: Sequence[str] | None = None, split: str = "train") -> Iterator[Row | Rejected]:
+              context_fields: Sequence[str] | None = None, split: str = "train",
+              limits: Limits = Limits()) -> Iterator[Row | Rejected]:
     """Rows of a source, each either a Row to import or the reason it was rejected."""
     records = _records(source, source_format(source), split)
     columns = next(records)  # every reader yields its column names first (None when rows may differ)
     if columns is not None:
+        _check_column_names(source, columns, [text_field, id_field, *(context_fields or ())]
+                            if context_fields is not None else columns)
         for needed, flag in ((text_field, "the text field"), (id_field, "the id field")):
             if needed is not None and needed not in columns:
                 raise SourceError(f"{source}: no column {needed!r} for {flag}; its columns are "
@@ -91,7 +108,17 @@ def read_rows(source: Any, text_field: str = "text", id_field: str | None = None
         if isinstance(record, Rejected):
             yield record
             continue
-        yield _row(line, record, text_field, id_field, context_fields)
+        yield _row(line, record, text_field, id_field, context_fields, limits)
+
+
+def _check_column_names(source: Any, columns: Sequence[Any], used: Sequence[Any]) -> None:
+    """A column name with bytes that are not UTF-8 would be a key of every row's fields, and no row
+    could be stored; the header is named instead of rejecting every row."""
+    for position, name in enumerate(columns, start=1):
+        if name in used and isinstance(name, str) and _undecodable(name):
+            raise SourceError(f"{source}: line 1, the header: column {position} ({name!r}) has bytes that are "
+                              f"not UTF-8; save the file as UTF-8, or leave that column out of the context "
+                              f"columns")
 
 
 def peek(source: Any, rows: int = 5, split: str = "train") -> tuple[list[str], list[dict[str, Any]]]:
@@ -120,7 +147,7 @@ def _records(source: Any, fmt: str, split: str) -> Iterator[Any]:
 
 
 def _row(line: int, record: Any, text_field: str, id_field: str | None,
-         context_fields: Sequence[str] | None) -> Row | Rejected:
+         context_fields: Sequence[str] | None, limits: Limits = Limits()) -> Row | Rejected:
     if not isinstance(record, dict):
         return Rejected(line, "not an object with named fields")
     text = record.get(text_field)
@@ -131,15 +158,67 @@ def _row(line: int, record: Any, text_field: str, id_field: str | None,
     text = str(text)
     if not text.strip():
         return Rejected(line, f"empty text in field {text_field!r}")
-    if _undecodable(text):
-        return Rejected(line, "bytes that are not UTF-8")
+    problem = _text_problem(text, "text", text_field, limits.max_text_chars,
+                            "shorten or split the item, or raise the limit (--max-chars, DIFFJEV_MAX_ITEM_CHARS)")
+    if problem:
+        return Rejected(line, problem)
     external = record.get(id_field) if id_field else None
     external = None if external is None or str(external).strip() == "" else str(external)
+    if external is not None:
+        problem = _text_problem(external, "id", id_field, limits.max_id_chars,
+                                "the items table holds no longer id; shorten it")
+        if problem:
+            return Rejected(line, problem)
     names = context_fields if context_fields is not None else [k for k in record if k not in (text_field, id_field)]
     fields = {name: _plain(record.get(name)) for name in names}
     if any(isinstance(v, str) and _undecodable(v) for v in fields.values()):
         return Rejected(line, "bytes that are not UTF-8")
+    problem = _fields_problem(fields)
+    if problem:
+        return Rejected(line, problem)
     return Row(line, text, external, fields)
+
+
+def _text_problem(value: str, kind: str, field_name: str | None, max_chars: int | None,
+                  over_limit_fix: str) -> str | None:
+    """Why a text or id cannot be stored as it is, or None."""
+    if _undecodable(value):
+        return "bytes that are not UTF-8"
+    if _SURROGATE.search(value):
+        return (f"a lone surrogate escape (such as \\ud800) in the {kind} field {field_name!r} is not valid "
+                f"Unicode; write the whole surrogate pair or remove it")
+    if "\x00" in value:
+        return (f"a NUL character in the {kind} field {field_name!r}; remove it (databases cannot store it in "
+                f"text)")
+    if max_chars is not None and len(value) > max_chars:
+        return (f"the {kind} field {field_name!r} has {len(value):,} characters, over the limit of {max_chars:,}; "
+                f"{over_limit_fix}")
+    return None
+
+
+# What each refusal of the JSON encoder means for the person who wrote the file.
+_JSON_PROBLEMS = {
+    "surrogates not allowed": "holds a lone surrogate escape or bytes that are not UTF-8; write valid Unicode",
+    "64-bit range": "holds an integer beyond 64 bits; write it as a string",
+    "Recursion limit": "nests deeper than 254 levels; flatten it",
+}
+
+
+def _fields_problem(fields: dict[str, Any]) -> str | None:
+    """Why the context fields cannot be stored as a JSON column (the encoder the database uses), or None;
+    the offending field is named."""
+    try:
+        orjson.dumps(fields)
+        return None
+    except TypeError:
+        pass
+    for name, value in fields.items():
+        try:
+            orjson.dumps({name: value})
+        except TypeError as exc:
+            reason = next((why for key, why in _JSON_PROBLEMS.items() if key in str(exc)), f"cannot be stored: {exc}")
+            return f"context field {name!r} {reason}"
+    return "the context fields cannot be stored as JSON"
 
 
 def _plain(value: Any) -> Any:
@@ -160,6 +239,8 @@ def _plain(value: Any) -> Any:
 
 # What surrogateescape leaves for each byte that is not UTF-8.
 _ESCAPED_BYTE = re.compile("[\udc80-\udcff]")
+# Any surrogate: in a string read from JSON, a lone \udXXX escape; no database can encode it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _undecodable(text: str) -> bool:
@@ -204,6 +285,8 @@ def _jsonl_records(path: Any) -> Iterator[Any]:
                 yield line, json.loads(text)
             except ValueError as exc:
                 yield line, Rejected(line, f"not valid JSON ({exc.msg})")
+            except RecursionError:
+                yield line, Rejected(line, "JSON nested too deep to read (about 1,000 levels at most); flatten it")
 
 
 def _parquet_records(path: Any) -> Iterator[Any]:
@@ -324,19 +407,47 @@ def atomic_path(target: str | os.PathLike, directory: bool = False) -> Iterator[
             shutil.rmtree(temp, ignore_errors=True) if temp.is_dir() else temp.unlink()
 
 
-def _as_cell(value: Any) -> Any:
-    """A CSV cell: nested values as JSON text."""
-    return json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else value
+def csv_cell(value: Any, escape: bool = True) -> Any:
+    """A CSV cell: nested values as JSON text, and, with `escape`, a string that a spreadsheet would run
+    as a formula prefixed with a single quote.
+
+    Why: Excel, LibreOffice and Google Sheets run a cell that starts with = + - @ (or a tab or CR, which
+    some strip first) as a formula, so an imported text such as `=HYPERLINK(...)` would run on the machine
+    of whoever opens the export. OWASP's advice (CSV Injection) is the leading quote, which spreadsheets
+    show as text. Only strings are escaped: numbers (ids, confidences, counts) are written as numbers, and
+    a string that is a plain number such as "-5" is read by a spreadsheet as that number, so it stays as
+    it is. `escape=False` (`--no-csv-escape`, `DIFFJEV_CSV_ESCAPE=0`) writes every string verbatim, for
+    tools that read the CSV as data rather than open it as a sheet.
+    """
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False)  # starts with { or [: never a formula
+    if escape and isinstance(value, str) and value.startswith(FORMULA_START) and not PLAIN_NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
+def _write_csv_rows(writer: Any, rows: Iterable[Sequence[Any]], escape: bool) -> None:
+    writer.writerows([csv_cell(v, escape) for v in row] for row in rows)
+
+
+def write_csv(target: str | os.PathLike, columns: Sequence[str], rows: Iterable[Sequence[Any]],
+              escape: bool = True) -> None:
+    """A small table as CSV, atomically, with the same cells as the CSV export (see csv_cell)."""
+    with atomic_path(target) as temp:
+        with open(temp, "w", encoding="utf-8", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow([csv_cell(c, escape) for c in columns])
+            _write_csv_rows(writer, rows, escape)
 
 
 def write_export(batches: Iterable[dict[str, list]], target: str | os.PathLike, fmt: str, arrow_schema: Any,
-                 on_batch: Callable[[int], None] | None = None) -> int:
+                 on_batch: Callable[[int], None] | None = None, csv_escape: bool = True) -> int:
     """Write column batches ({column: values}, in `arrow_schema`'s column order) to `target` atomically;
     returns the number of records. Columns, not records: a batch goes to Arrow with no per-row work."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     try:
-        return _write_export(batches, target, fmt, arrow_schema, on_batch)
+        return _write_export(batches, target, fmt, arrow_schema, on_batch, csv_escape)
     except OSError as exc:
         # Arrow's writer reports a full disk with no errno, only in its message.
         full = "No space left on device" in str(exc)
@@ -348,7 +459,7 @@ def write_export(batches: Iterable[dict[str, list]], target: str | os.PathLike, 
 
 
 def _write_export(batches: Iterable[dict[str, list]], target: str | os.PathLike, fmt: str, arrow_schema: Any,
-                  on_batch: Callable[[int], None] | None) -> int:
+                  on_batch: Callable[[int], None] | None, csv_escape: bool) -> int:
     names = list(arrow_schema.names)
     count = 0
     with atomic_path(target, directory=fmt == "hf") as temp:
@@ -362,7 +473,7 @@ def _write_export(batches: Iterable[dict[str, list]], target: str | os.PathLike,
                     if fmt == "jsonl":
                         f.writelines(orjson.dumps(dict(zip(names, row))).decode() + "\n" for row in rows)
                     else:
-                        writer.writerows([_as_cell(v) for v in row] for row in rows)
+                        _write_csv_rows(writer, rows, csv_escape)
                     count += len(batch[names[0]])
                     on_batch and on_batch(count)
         else:

@@ -1,18 +1,30 @@
-"""Importing items into a project: streamed in chunks, each chunk one transaction, nothing twice."""
+"""Importing items into a project: streamed in chunks, each chunk one transaction, nothing twice.
+
+A bad row is rejected with its line and the rest import: every row is checked before it is stored (see
+diffjev.io), and a chunk the database still refuses is stored again row by row, so only the rows it
+refuses are rejected. An import that stops part way (an error, Ctrl-C) still records what it stored.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from diffjev.io import Rejected, Row, SourceError, read_rows
+from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
+
+from diffjev.io import Limits, Rejected, Row, SourceError, read_rows
 from diffjev.storage import repo
 from diffjev.storage.db import Database
 
 CHUNK_ROWS = 5_000
+# The longest item text imported, in characters ($DIFFJEV_MAX_ITEM_CHARS, `--max-chars`). A read costs
+# memory quadratic in the prompt: one 100k-character item took 4.7 GB in-process.
+MAX_ITEM_CHARS = 100_000
 HUB_DATASET = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 MAX_REPORTED_REJECTS = 1_000  # every reject is counted; the first thousand are kept with their reasons
 
@@ -53,40 +65,93 @@ def dataset_source(name: str, folder: Path) -> str:
                       f"name (owner/name)")
 
 
+def max_item_chars() -> int:
+    """The import's cap on item text: $DIFFJEV_MAX_ITEM_CHARS, else MAX_ITEM_CHARS."""
+    raw = os.environ.get("DIFFJEV_MAX_ITEM_CHARS", "").strip().replace("_", "")
+    if not raw:
+        return MAX_ITEM_CHARS
+    if not raw.isdigit() or int(raw) < 1:
+        raise SourceError(f"DIFFJEV_MAX_ITEM_CHARS={raw!r}: give the longest item text to import as a whole "
+                          f"number of characters, such as {MAX_ITEM_CHARS}")
+    return int(raw)
+
+
 def import_items(db: Database, project_name: str, source: Any, *, text_field: str | None = None,
                  id_field: str | None = None, context_fields: Sequence[str] | None = None, split: str = "train",
-                 actor: str = "system", chunk_rows: int = CHUNK_ROWS,
+                 actor: str = "system", chunk_rows: int = CHUNK_ROWS, max_chars: int | None = None,
                  progress: Callable[[ImportReport], None] | None = None) -> ImportReport:
     """Import a CSV, JSONL or Parquet file, a DataFrame, or a Hugging Face dataset into a project.
 
     Re-importing adds nothing twice: rows are keyed on `id_field` when given, else on a hash of their
-    text and context fields."""
+    text and context fields. A text longer than `max_chars` (default: max_item_chars()) is rejected."""
+    if max_chars is not None and max_chars < 1:
+        raise SourceError(f"max_chars={max_chars}: the longest item text must be at least one character")
+    limits = Limits(max_text_chars=max_chars or max_item_chars(), max_id_chars=repo.EXTERNAL_ID_CHARS)
     with db.read() as session:
         project = repo.get_project(session, project_name)
         project_id, default_text = project.id, project.text_field
-    rows = read_rows(source, text_field or default_text, id_field, context_fields, split)
+    rows = read_rows(source, text_field or default_text, id_field, context_fields, split, limits)
     report = ImportReport()
+    try:
+        _import_chunks(db, project_id, rows, chunk_rows, report, progress)
+    except BaseException as exc:
+        # The chunks stored so far stay stored: the audit trail says so, and why the import stopped. A
+        # failure to write that event (the database gone) must not hide the reason the import stopped.
+        with contextlib.suppress(Exception):
+            _log_import(db, actor, project_id, source, report, interrupted=type(exc).__name__)
+        raise
+    _log_import(db, actor, project_id, source, report)
+    return report
+
+
+def _import_chunks(db: Database, project_id: int, rows, chunk_rows: int, report: ImportReport,
+                   progress: Callable[[ImportReport], None] | None) -> None:
     while True:
         chunk = list(islice(rows, chunk_rows))
         if not chunk:
-            break
-        good = []
-        for r in chunk:
-            if isinstance(r, Rejected):
-                report.rejected += 1
-                if len(report.rejects) < MAX_REPORTED_REJECTS:
-                    report.rejects.append(r)
-            else:
-                good.append(r)
-        added = db.write(lambda session: _store_chunk(session, project_id, good))
+            return
+        good = [r for r in chunk if not isinstance(r, Rejected)]
+        rejected = [r for r in chunk if isinstance(r, Rejected)]
+        try:
+            added = db.write(lambda session: _store_chunk(session, project_id, good))
+        except (DataError, IntegrityError, StatementError) as exc:
+            if isinstance(exc, OperationalError):  # the database itself failed, not a row: nothing to retry
+                raise
+            added, refused = db.write(lambda session: _store_rows_one_by_one(session, project_id, good))
+            refused_lines = {r.line for r in refused}
+            good = [r for r in good if r.line not in refused_lines]
+            rejected = sorted(rejected + refused, key=lambda r: r.line)
         report.imported += added
         report.duplicates += len(good) - added
+        report.rejected += len(rejected)
+        report.rejects.extend(rejected[:MAX_REPORTED_REJECTS - len(report.rejects)])
         if progress:
             progress(report)
+
+
+def _log_import(db: Database, actor: str, project_id: int, source: Any, report: ImportReport,
+                interrupted: str | None = None) -> None:
+    extra = {"interrupted": interrupted} if interrupted else {}
     with db.session() as session:
         repo.log(session, actor, "items.imported", project_id, source=str(source)[:500], imported=report.imported,
-                 duplicates=report.duplicates, rejected=report.rejected)
-    return report
+                 duplicates=report.duplicates, rejected=report.rejected, **extra)
+
+
+def _store_rows_one_by_one(session, project_id: int, rows: list[Row]) -> tuple[int, list[Rejected]]:
+    """Store a chunk the database refused as a whole, each row in its own savepoint; returns how many were
+    added and the rows the database refused, each with the database's reason. The reason is the driver's
+    first line only: the statement and its parameters (other rows' texts) are never repeated."""
+    added, refused = 0, []
+    for row in rows:
+        try:
+            with session.begin_nested():
+                added += _store_chunk(session, project_id, [row])
+        except (DataError, IntegrityError, StatementError) as exc:
+            if isinstance(exc, OperationalError):
+                raise
+            reason = str(getattr(exc, "orig", None) or type(exc).__name__).strip().splitlines()[0]
+            refused.append(Rejected(row.line, f"the database refused it: {reason}"))
+    return added, refused
 
 
 def _store_chunk(session, project_id: int, rows: list[Row]) -> int:

@@ -63,7 +63,9 @@ def make_engine(location: str | os.PathLike | None = None) -> Engine:
     url = make_url(database_url(location))
     # orjson for the JSON columns: an import or export of a million rows encodes or decodes a million
     # field objects and distributions.
-    json_kwargs = {"json_serializer": _dumps, "json_deserializer": orjson.loads}
+    # hide_parameters: a failed statement's error names the statement, never its values. An import's
+    # INSERT carries every item text of its chunk, and errors end up in logs and on stderr.
+    json_kwargs = {"json_serializer": _dumps, "json_deserializer": orjson.loads, "hide_parameters": True}
     if url.get_backend_name() == "sqlite":
         if url.database and url.database != ":memory:":
             Path(url.database).parent.mkdir(parents=True, exist_ok=True)

@@ -139,6 +139,11 @@ def existing_keys(session: Session, project_id: int, external_ids: Sequence[str]
     return ids, hashes
 
 
+# The longest external id the items table holds; an import rejects a longer one by its line, since
+# PostgreSQL refuses it (and SQLite would store it, so the two would differ).
+EXTERNAL_ID_CHARS: int = Item.__table__.c.external_id.type.length
+
+
 def insert_items(session: Session, project_id: int, rows: Sequence[dict[str, Any]]) -> None:
     if rows:
         now = utcnow()
