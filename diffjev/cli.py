@@ -2,9 +2,10 @@
 exit status 2, never a traceback.
 
   diffjev init --project tickets --schema schema.json [--text-field text]
-  diffjev import --project tickets items.csv [--text-field body] [--id-field id] [--context a,b]
+  diffjev import --project tickets items.csv [--text-field body] [--id-field id] [--context a,b] [--max-chars N]
   diffjev prelabel --project tickets [--engine auto|vllm|transformers|autoregressive] [--resume [RUN]]
   diffjev export --project tickets --format parquet --out labeled.parquet [--run N] [--annotator A] [--all]
+                 [--no-csv-escape]
   diffjev stats --project tickets
   diffjev read --schema schema.json "some text" ...          (no database: print decisions as JSON lines)
   diffjev serve-model --model google/diffusiongemma-26B-A4B-it   (vllm serve with the structured-read flags)
@@ -110,7 +111,7 @@ def cmd_import(args: argparse.Namespace) -> None:
 
     context = [c for c in args.context.split(",") if c] if args.context is not None else None
     report = import_items(_db(args), args.project, args.source, text_field=args.text_field, id_field=args.id_field,
-                          context_fields=context, split=args.split, actor=args.user)
+                          context_fields=context, split=args.split, actor=args.user, max_chars=args.max_chars)
     print(report.summary())
 
 
@@ -165,7 +166,8 @@ def cmd_export(args: argparse.Namespace) -> None:
 
     token = args.hf_token or os.environ.get("HF_TOKEN")
     count = export_project(_db(args), args.project, args.out, args.format, run_id=args.run, annotator=args.annotator,
-                           reviewed_only=not args.all, actor=args.user, push_to_hub=args.push_to_hub, token=token)
+                           reviewed_only=not args.all, actor=args.user, push_to_hub=args.push_to_hub, token=token,
+                           csv_escape=False if args.no_csv_escape else None)
     print(f"wrote {count} items to {args.out}" + (f" and pushed to {args.push_to_hub}" if args.push_to_hub else ""))
 
 
@@ -237,6 +239,12 @@ def _serve_transformers(args: argparse.Namespace) -> None:
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 
+def _positive_int(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
 def _engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--engine", default="auto", choices=ENGINE_CHOICES,
                    help="auto: a vLLM server if DIFFJEV_VLLM_URL is set, else DIFFJEV_MODEL in-process, "
@@ -280,6 +288,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--id-field", help="a column that identifies items; re-imports key on it (else on content)")
     p.add_argument("--context", help="comma-separated columns to keep as context (default: all others)")
     p.add_argument("--split", default="train", help="dataset split (default: train)")
+    p.add_argument("--max-chars", type=_positive_int, metavar="N",
+                   help="reject items whose text is longer (default: $DIFFJEV_MAX_ITEM_CHARS, else 100000)")
 
     p = command("prelabel", cmd_prelabel, "pre-label a project's items through an engine")
     p.add_argument("--project", required=True)
@@ -297,6 +307,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="every item, not only those with a human answer")
     p.add_argument("--push-to-hub", metavar="REPO", help="also push the hf export to this Hub dataset repo")
     p.add_argument("--hf-token", help="Hub token for --push-to-hub (default: $HF_TOKEN)")
+    p.add_argument("--no-csv-escape", action="store_true",
+                   help="csv: write cells starting with = + - @ tab or CR as they are, without the leading ' that "
+                        "keeps spreadsheets from running them as formulas (default: escaped, unless "
+                        "DIFFJEV_CSV_ESCAPE=0)")
 
     p = command("stats", cmd_stats, "counts of items, answers and runs")
     p.add_argument("--project", required=True)

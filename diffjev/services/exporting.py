@@ -23,6 +23,12 @@ from diffjev.storage.db import Database
 PAGE = 10_000
 
 
+def csv_escape_setting() -> bool:
+    """Whether CSV files escape cells a spreadsheet would run as formulas ($DIFFJEV_CSV_ESCAPE; on unless
+    it is 0, false, no or off). See diffjev.io.csv_cell for why it is on by default."""
+    return os.environ.get("DIFFJEV_CSV_ESCAPE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def columns_and_schema(question_keys: list[str], names: dict[str, list[str]]) -> tuple[list[str], Any]:
     """The export's column names and Arrow schema."""
     import pyarrow as pa
@@ -40,8 +46,10 @@ def columns_and_schema(question_keys: list[str], names: dict[str, list[str]]) ->
 def export_project(db: Database, project_name: str, target: str | os.PathLike, fmt: str, *,
                    run_id: int | None = None, annotator: str | None = None, reviewed_only: bool = True,
                    actor: str = "system", progress: Callable[[int], None] | None = None,
-                   push_to_hub: str | None = None, token: str | None = None) -> int:
-    """Write the export and return how many items it holds."""
+                   push_to_hub: str | None = None, token: str | None = None,
+                   csv_escape: bool | None = None) -> int:
+    """Write the export and return how many items it holds. `csv_escape` (default: csv_escape_setting())
+    prefixes a quote to CSV text cells that a spreadsheet would run as formulas."""
     if push_to_hub and fmt != "hf":
         raise SourceError("push_to_hub needs the 'hf' format")
     if push_to_hub and not token:
@@ -60,7 +68,8 @@ def export_project(db: Database, project_name: str, target: str | os.PathLike, f
     # JSONL keeps the context fields as an object; the tabular formats hold them as JSON text.
     batches = _column_batches(db, project_id, question_rows, keys, run_info, annotator, reviewed_only,
                               fields_as_text=fmt != "jsonl")
-    count = write_export(batches, target, fmt, arrow_schema, on_batch=progress)
+    escape = csv_escape_setting() if csv_escape is None else csv_escape
+    count = write_export(batches, target, fmt, arrow_schema, on_batch=progress, csv_escape=escape)
     if push_to_hub:
         _push(target, push_to_hub, token)
     with db.session() as session:

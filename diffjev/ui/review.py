@@ -89,9 +89,14 @@ def build(studio: Studio) -> None:
         return pd.DataFrame([found.summary()]), bins, points, note
 
     def compare_runs() -> tuple[Any, Any]:
+        from diffjev.io import write_csv
+        from diffjev.services.exporting import csv_escape_setting
+
         table = pd.DataFrame(calibration.compare_runs(studio.db, studio.project))
         path = studio.export_dir / f"{studio.project}-runs-compared.csv"
-        table.to_csv(path, index=False)
+        # The export's CSV writer: atomic, and formula cells escaped (a model name is anyone's text).
+        rows = table.astype(object).where(table.notna(), None).itertuples(index=False)
+        write_csv(path, [str(c) for c in table.columns], rows, escape=csv_escape_setting())
         return table, gr.update(value=str(path), visible=True)
 
     def keep_temperature(key: str, run_id: int | None, request: gr.Request) -> str:

@@ -1,0 +1,251 @@
+"""Bad rows: one malformed row in the middle of a large file is rejected with its line and every other
+row imports, on SQLite and PostgreSQL alike; no item text reaches stderr or the logs; an interrupted
+import still records what it stored; CSV files never carry live spreadsheet formulas; item text is
+capped at import."""
+
+import csv
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+from sqlalchemy import select
+
+from diffjev import Schema
+from diffjev.io import SourceError
+from diffjev.services import importing
+from diffjev.services.importing import import_items
+from diffjev.storage import repo
+from diffjev.storage.db import Database
+from diffjev.storage.models import Event, Item
+from conftest import TICKETS
+
+ROWS = 5_200
+BAD_LINE = 2_500  # inside the first chunk of 5,000
+
+
+@pytest.fixture
+def db(db_url):
+    database = Database(db_url)
+    with database.session() as session:
+        repo.create_project(session, "p", Schema.from_dict(TICKETS), "owner")
+    yield database
+    database.dispose()
+
+
+def stored_ids(db):
+    with db.read() as session:
+        return set(session.scalars(select(Item.external_id)))
+
+
+def jsonl_with(tmp_path, bad: bytes, name="items.jsonl"):
+    """ROWS lines of good items, line BAD_LINE replaced by `bad`."""
+    lines = [json.dumps({"id": f"i{n}", "text": f"secret item text {n}", "n": n}).encode()
+             for n in range(1, ROWS + 1)]
+    lines[BAD_LINE - 1] = bad
+    path = tmp_path / name
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+DEEP = b'{"id": "bad", "text": "deep", "tree": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+
+BAD_JSONL = {
+    "lone surrogate in the text": (b'{"id": "bad", "text": "broken \\ud800 escape"}', "lone surrogate escape"),
+    "lone surrogate in a field name": (b'{"id": "bad", "text": "ok", "k\\udc00": 1}', "context field"),
+    "integer beyond 64 bits": (b'{"id": "bad", "text": "ok", "n": 123456789012345678901234567890}',
+                               "context field 'n' holds an integer beyond 64 bits"),
+    "JSON nested 100,000 deep": (DEEP, "nested too deep"),
+    "NUL character in the text": (b'{"id": "bad", "text": "nul \\u0000 here"}', "NUL character in the text field"),
+    "id longer than the column": (json.dumps({"id": "x" * 600, "text": "long id"}).encode(),
+                                  "the id field 'id' has 600 characters, over the limit of 500"),
+    "text over the cap": (json.dumps({"id": "bad", "text": "y" * 100_001}).encode(),
+                          "has 100,001 characters, over the limit of 100,000"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_JSONL)
+def test_one_bad_jsonl_row_is_rejected_by_line_and_the_rest_import(db, tmp_path, case):
+    bad, says = BAD_JSONL[case]
+    report = import_items(db, "p", jsonl_with(tmp_path, bad), id_field="id")
+    assert (report.imported, report.rejected) == (ROWS - 1, 1)
+    assert [r.line for r in report.rejects] == [BAD_LINE]
+    assert says in report.rejects[0].reason
+    assert stored_ids(db) == {f"i{n}" for n in range(1, ROWS + 1) if n != BAD_LINE}
+
+
+def csv_with(tmp_path, header: bytes, bad_row: bytes | None):
+    rows = [b"%d,secret item text %d,x" % (n, n) for n in range(1, ROWS)]
+    if bad_row is not None:
+        rows[BAD_LINE - 2] = bad_row  # line 1 is the header
+    path = tmp_path / "items.csv"
+    path.write_bytes(header + b"\n" + b"\n".join(rows) + b"\n")
+    return path
+
+
+def test_a_csv_row_with_a_nul_character_is_rejected_by_line(db, tmp_path):
+    path = csv_with(tmp_path, b"id,text,plan", b"bad,nul \x00 inside,x")
+    report = import_items(db, "p", path, id_field="id")
+    assert (report.imported, report.rejected) == (ROWS - 2, 1)
+    assert [(r.line, "NUL character" in r.reason) for r in report.rejects] == [(BAD_LINE, True)]
+
+
+def test_a_csv_header_with_bytes_that_are_not_utf8_is_named_and_nothing_is_half_imported(db, tmp_path):
+    path = csv_with(tmp_path, b"id,text,pl\xffan", None)
+    with pytest.raises(SourceError, match=r"line 1, the header: column 3 .* not UTF-8; save the file as UTF-8"):
+        import_items(db, "p", path, id_field="id")
+    assert stored_ids(db) == set()
+    # Left out of the context, the column is not read, and every row imports.
+    report = import_items(db, "p", path, id_field="id", context_fields=[])
+    assert (report.imported, report.rejected) == (ROWS - 1, 0)
+
+
+def test_the_text_cap_follows_the_setting_and_the_argument(db, tmp_path, monkeypatch):
+    path = jsonl_with(tmp_path, json.dumps({"id": "bad", "text": "z" * 2_001}).encode())
+    monkeypatch.setenv("DIFFJEV_MAX_ITEM_CHARS", "2000")
+    report = import_items(db, "p", path, id_field="id")
+    assert [r.line for r in report.rejects] == [BAD_LINE]
+    assert "2,001 characters, over the limit of 2,000" in report.rejects[0].reason
+    assert import_items(db, "p", path, id_field="id", max_chars=3_000).imported == 1  # only the long row is new
+    monkeypatch.setenv("DIFFJEV_MAX_ITEM_CHARS", "lots")
+    with pytest.raises(SourceError, match="DIFFJEV_MAX_ITEM_CHARS='lots'"):
+        import_items(db, "p", path, id_field="id")
+
+
+def fresh_database(postgres) -> str:
+    """A new, empty database on the private PostgreSQL server."""
+    import uuid
+
+    import sqlalchemy as sa
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(postgres.url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    admin.dispose()
+    return postgres.url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def test_a_chunk_the_database_refuses_is_stored_row_by_row_without_leaking_texts(postgres, tmp_path, monkeypatch,
+                                                                                 capfd, caplog):
+    """Past the checks (here: the id limit taken off), PostgreSQL refuses one row of a chunk: that row
+    alone is rejected with the database's reason, and neither the logs nor stderr see any item text."""
+    db = Database(fresh_database(postgres))
+    with db.session() as session:
+        repo.create_project(session, "p", Schema.from_dict(TICKETS), "owner")
+    monkeypatch.setattr(repo, "EXTERNAL_ID_CHARS", 10_000)
+    caplog.set_level(logging.DEBUG)
+    report = import_items(db, "p", jsonl_with(tmp_path, json.dumps({"id": "x" * 600, "text": "long"}).encode()),
+                          id_field="id")
+    assert (report.imported, report.rejected) == (ROWS - 1, 1)
+    assert report.rejects[0].line == BAD_LINE
+    assert report.rejects[0].reason.startswith("the database refused it: value too long")
+    out, err = capfd.readouterr()
+    assert "secret item text" not in out + err + caplog.text
+    db.dispose()
+
+
+def cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "diffjev.cli", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+
+
+def test_cli_import_on_postgresql_rejects_bad_rows_and_prints_no_item_text(postgres, tmp_path):
+    db_url = fresh_database(postgres)
+    (tmp_path / "schema.json").write_text(json.dumps(TICKETS))
+    assert cli("init", "--project", "p", "--schema", str(tmp_path / "schema.json"), "--db", db_url).returncode == 0
+    lines = [json.dumps({"id": f"i{n}", "text": f"secret item text {n}"}) for n in range(1, ROWS + 1)]
+    lines[BAD_LINE - 1] = json.dumps({"id": "nul", "text": "secret item text \x00 nul"})
+    lines[BAD_LINE] = json.dumps({"id": "x" * 600, "text": "secret item text long id"})
+    (tmp_path / "items.jsonl").write_text("\n".join(lines) + "\n")
+    done = cli("import", "--project", "p", str(tmp_path / "items.jsonl"), "--id-field", "id", "--db", db_url)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "secret item text" not in done.stdout + done.stderr
+    assert f"imported {ROWS - 2}, duplicates 0, rejected 2" in done.stdout
+    assert f"line {BAD_LINE}: a NUL character" in done.stdout and f"line {BAD_LINE + 1}: the id field" in done.stdout
+
+
+def test_an_interrupted_import_leaves_an_audit_event_for_what_it_stored(db, tmp_path):
+    path = jsonl_with(tmp_path, json.dumps({"id": "i2500", "text": "fine"}).encode())
+
+    def stop_after_the_first_chunk(report):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        import_items(db, "p", path, id_field="id", chunk_rows=1_000, progress=stop_after_the_first_chunk)
+    with db.read() as session:
+        events = session.scalars(select(Event.payload).where(Event.kind == "items.imported")).all()
+    assert len(stored_ids(db)) == 1_000
+    assert events == [{"source": str(path), "imported": 1_000, "duplicates": 0, "rejected": 0,
+                       "interrupted": "KeyboardInterrupt"}]
+
+
+# CSV exports ---------------------------------------------------------------------------------------------
+
+FORMULAS = ["=HYPERLINK(\"http://x\",\"y\")", "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "\tTAB", "\rCR"]
+HARMLESS = ["-5", "+3.25", "plain text"]
+
+
+def csv_texts(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        return {row["external_id"]: row for row in csv.DictReader(f)}
+
+
+def test_cli_csv_export_neutralises_formulas_unless_told_not_to(db_url, db, tmp_path):
+    import pandas as pd
+
+    texts = FORMULAS + HARMLESS
+    import_items(db, "p", pd.DataFrame({"id": [f"t{i}" for i in range(len(texts))], "text": texts}), id_field="id")
+    out = tmp_path / "out.csv"
+    done = cli("export", "--project", "p", "--format", "csv", "--out", str(out), "--all", "--db", db_url)
+    assert done.returncode == 0, done.stderr
+    rows = csv_texts(out)
+    assert [rows[f"t{i}"]["text"] for i in range(len(texts))] == ["'" + t for t in FORMULAS] + HARMLESS
+    assert all(int(r["item_id"]) > 0 for r in rows.values())  # numbers stay numbers
+    done = cli("export", "--project", "p", "--format", "csv", "--out", str(out), "--all", "--no-csv-escape",
+               "--db", db_url)
+    assert done.returncode == 0, done.stderr
+    assert [csv_texts(out)[f"t{i}"]["text"] for i in range(len(texts))] == texts
+
+
+@pytest.fixture(scope="module")
+def formula_studio(tmp_path_factory, dgemma_engine):
+    from studio_fixtures import serve_studio, studio_db
+
+    folder = tmp_path_factory.mktemp("formula-studio")
+    db = studio_db(folder / "studio.db", FORMULAS + HARMLESS, dgemma_engine)
+    with db.session() as session:  # a run whose model name is someone's formula
+        project = repo.get_project(session, "tickets")
+        repo.create_run(session, project.id, repo.latest_version(session, project.id), "vllm", "=cmd|' /C calc'!A0",
+                        None, {}, "owner")
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        yield server
+
+
+def downloaded(value):
+    path = value["value"] if isinstance(value, dict) and "value" in value else value
+    return path["path"] if isinstance(path, dict) else path
+
+
+def test_studio_csv_export_and_runs_compared_neutralise_formulas(formula_studio, monkeypatch):
+    from gradio_client import Client
+
+    client = Client(formula_studio.url, verbose=False)
+    _, download = client.predict("csv", False, "", api_name="/export")
+    rows = csv_texts(downloaded(download))
+    assert [rows[f"t{i}"]["text"] for i in range(len(FORMULAS + HARMLESS))] == ["'" + t for t in FORMULAS] + HARMLESS
+    _, compared = client.predict(api_name="/compare_runs")
+    with open(downloaded(compared), newline="", encoding="utf-8") as f:
+        models = {row["model"] for row in csv.DictReader(f)}
+    assert "'=cmd|' /C calc'!A0" in models and "=cmd|' /C calc'!A0" not in models
+
+    monkeypatch.setenv("DIFFJEV_CSV_ESCAPE", "0")
+    _, download = client.predict("csv", False, "", api_name="/export")
+    rows = csv_texts(downloaded(download))
+    assert [rows[f"t{i}"]["text"] for i in range(len(FORMULAS))] == FORMULAS
+    _, compared = client.predict(api_name="/compare_runs")
+    with open(downloaded(compared), newline="", encoding="utf-8") as f:
+        assert "=cmd|' /C calc'!A0" in {row["model"] for row in csv.DictReader(f)}
