@@ -21,6 +21,11 @@ from diffjev.template import Template
 WIDTH_STEP = 16
 DEFAULT_MAX_WIDTH = 64
 DRAW_SEED_STRIDE = 7919  # draw k of a read uses seed + 7919·k, as djev does
+# Tokens kept free when cutting a state: the chat template may merge a token or two across the cut.
+CUT_MARGIN_TOKENS = 8
+# No token spans more characters than this: a state is cut to budget × this before it is tokenised, so a
+# 10 MB item costs no more to cut than a short one.
+MAX_CHARS_PER_TOKEN = 64
 
 PREAMBLE = (
     "You answer a fixed set of questions about the user's message. "
@@ -88,6 +93,8 @@ class Canvas:
     label_ids: dict[str, tuple[int, ...]]
     seed: int
     reply_tokens: int  # the canvas positions that hold the reply; the rest is padding
+    # Set when the state was cut to fit the model's context: its length and what was kept, in characters.
+    truncated: dict[str, int] | None = None
 
     @property
     def width(self) -> int:
@@ -199,15 +206,18 @@ class CanvasBuilder:
     """Turns (schema, state) into canvases for one tokenizer and model family."""
 
     def __init__(self, tokenizer: Any, fmt: ModelFormat, max_width: int = DEFAULT_MAX_WIDTH,
-                 chat_template_kwargs: dict[str, Any] | None = None):
+                 chat_template_kwargs: dict[str, Any] | None = None, max_prompt_tokens: int | None = None):
         if max_width < WIDTH_STEP or max_width % WIDTH_STEP:
             raise ValueError(f"the served canvas must be a multiple of {WIDTH_STEP} tokens, not {max_width}")
         self.tokenizer = tokenizer
         self.format = fmt
         self.max_width = max_width
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        # The most prompt tokens the model can take (its context less the canvas); None: no limit known.
+        self.max_prompt_tokens = max_prompt_tokens
         self._layouts: dict[tuple, Layout] = {}
         self._systems: dict[Schema, str] = {}
+        self._overheads: dict[Schema, int] = {}
         self._lock = threading.Lock()
 
     def layout(self, schema: Schema) -> Layout:
@@ -236,6 +246,45 @@ class CanvasBuilder:
 
     def build(self, schema: Schema, state: Any, seed: int) -> Canvas:
         layout = self.layout(schema)
-        messages = self.messages(schema, state)
+        text, truncated = self.fit_state(schema, render_state(state))
+        messages = self.messages(schema, text)
         return Canvas(messages, self.prompt_ids(messages), fill_noise(layout, self.format, seed),
-                      layout.slots, layout.label_ids, seed, layout.reply_tokens)
+                      layout.slots, layout.label_ids, seed, layout.reply_tokens, truncated)
+
+    def fit_state(self, schema: Schema, text: str) -> tuple[str, dict[str, int] | None]:
+        """The state's text cut to what the model's context holds beside the system prompt, and, when it
+        was cut, how long it was and how much was kept. Attention costs memory quadratic in the prompt:
+        an item past the context would fail the read, or take the host's memory, rather than be read."""
+        if self.max_prompt_tokens is None:
+            return text, None
+        budget = self.max_prompt_tokens - self._overhead(schema) - CUT_MARGIN_TOKENS
+        if budget < 1:
+            raise SchemaError(f"the questions and instructions alone fill the model's context of "
+                              f"{self.max_prompt_tokens} prompt tokens; shorten them, or use a model with a "
+                              f"longer context", field="instructions")
+        if len(text.encode("utf-8")) <= budget:  # no tokenizer makes more tokens than UTF-8 bytes
+            return text, None
+        head = text[:budget * MAX_CHARS_PER_TOKEN]
+        kept = self._prefix_chars(head, budget)
+        if kept == len(text):
+            return text, None
+        return text[:kept], {"state_chars": len(text), "kept_chars": kept, "max_prompt_tokens": self.max_prompt_tokens}
+
+    def _overhead(self, schema: Schema) -> int:
+        """Prompt tokens a read of `schema` takes with an empty state."""
+        overhead = self._overheads.get(schema)
+        if overhead is None:
+            overhead = len(self.prompt_ids(self.messages(schema, "")))
+            with self._lock:
+                self._overheads[schema] = overhead
+        return overhead
+
+    def _prefix_chars(self, text: str, tokens: int) -> int:
+        """How many leading characters of `text` its first `tokens` tokens cover."""
+        try:
+            encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        except NotImplementedError:  # a slow tokenizer has no offsets: decode what fits instead
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            return len(text) if len(ids) <= tokens else len(self.tokenizer.decode(ids[:tokens]))
+        offsets = encoded["offset_mapping"]
+        return len(text) if len(offsets) <= tokens else offsets[tokens][0]

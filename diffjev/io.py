@@ -5,8 +5,10 @@ dataset in slices, so memory stays bounded however large the source. A bad row (
 text over the length cap, bytes that are not UTF-8, a lone surrogate escape, a NUL character, a line that
 is not JSON or nests too deep, a field no JSON column can hold) is reported with its line or row number
 and skipped; the rest is read. Every check that storing would trip over happens here, so a chunk of rows
-that passed is stored whole on SQLite and PostgreSQL alike. Writing goes to a temporary file beside the target and is renamed into place, so a
-crash never leaves a half file under the final name.
+that passed is stored whole on SQLite and PostgreSQL alike.
+
+Writing goes to a temporary file beside the target and is renamed into place, so a crash never leaves a
+half file under the final name. CSV cells a spreadsheet would run as formulas are escaped (csv_cell).
 """
 
 from __future__ import annotations

@@ -249,3 +249,22 @@ def test_studio_csv_export_and_runs_compared_neutralise_formulas(formula_studio,
     _, compared = client.predict(api_name="/compare_runs")
     with open(downloaded(compared), newline="", encoding="utf-8") as f:
         assert "=cmd|' /C calc'!A0" in {row["model"] for row in csv.DictReader(f)}
+
+
+# What reaches the model ------------------------------------------------------------------------------------
+
+def test_a_state_past_the_models_context_is_cut_before_the_prompt_and_the_read_says_so(tokenizer, schema):
+    from diffjev.engines import TransformersEngine
+    from diffjev.read import read_many
+    from diffjev.tiny import tiny_masked_lm
+
+    model = tiny_masked_lm()
+    model.config.max_position_embeddings = 512  # a model whose context holds 512 positions
+    engine = TransformersEngine(model, tokenizer, canvas_length=64)
+    long_state, short_state = "The printer is on fire again. " * 2_000, "Short ticket."
+    long_read, short_read = read_many(schema, [long_state, short_state], engine)
+    cut = long_read.diagnostics["truncated"]
+    assert cut["state_chars"] == len(long_state) and 0 < cut["kept_chars"] < len(long_state)
+    assert cut["max_prompt_tokens"] == 512 - 64
+    assert len(long_read.diagnostics["prompt_ids"]) <= 512 - 64
+    assert "truncated" not in short_read.diagnostics

@@ -14,7 +14,7 @@ import torch
 from diffjev.canvas import Canvas, CanvasBuilder, DEFAULT_MAX_WIDTH, ModelFormat
 from diffjev.decide import SlotRead
 from diffjev.engines._torch import batched_by_shape, head_logprobs, resolve_device, slot_reads
-from diffjev.engines.base import CanvasEngine, EngineError
+from diffjev.engines.base import CanvasEngine, EngineError, prompt_token_limit
 from diffjev.models import OFFLINE_GEMMA, from_pretrained, load_tokenizer, offline_gemma_causal_lm, \
     offline_gemma_tokenizer
 
@@ -40,7 +40,7 @@ class AutoregressiveEngine(CanvasEngine):
         self.tokenizer = load_tokenizer(self.model_name if tokenizer is None else tokenizer)
         vocab = self.model.config.get_text_config().vocab_size
         self.builder = CanvasBuilder(self.tokenizer, ModelFormat.from_tokenizer(self.tokenizer, vocab_size=vocab),
-                                     canvas_length)
+                                     canvas_length, max_prompt_tokens=prompt_token_limit(self.model, canvas_length))
         self.mode = mode
         self.name = f"autoregressive-{mode}"
         self.batch_size = batch_size

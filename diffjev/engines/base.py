@@ -46,6 +46,13 @@ class Engine(ABC):
         """Release connections or threads; an engine is usable until then."""
 
 
+def prompt_token_limit(model: Any, canvas_length: int) -> int | None:
+    """The most prompt tokens an in-process model takes: its positions less the canvas (a masked or causal
+    model reads both in one sequence). None when the model does not say."""
+    positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    return positions - canvas_length if isinstance(positions, int) and positions > canvas_length else None
+
+
 class CanvasEngine(Engine):
     builder: CanvasBuilder
     batch_size: int = 8  # items per chunk handed to read()
@@ -109,6 +116,8 @@ class CanvasEngine(Engine):
                 "sampling": dataclasses.asdict(schema.sampling),
                 "timing": {"build_s": built - started, "read_s": finished - built, "batch_items": len(states)},
             }
+            if canvases[0].truncated:  # the item was longer than the model's context: what was read of it
+                diagnostics["truncated"] = canvases[0].truncated
             decisions.append(Decision(decide(schema, item_reads, layout.label_ids), schema, diagnostics))
         return decisions
 

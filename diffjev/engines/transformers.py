@@ -14,7 +14,7 @@ import torch
 from diffjev.canvas import Canvas, CanvasBuilder, DEFAULT_MAX_WIDTH, ModelFormat
 from diffjev.decide import SlotRead
 from diffjev.engines._torch import batched_by_shape, head_logprobs, resolve_device, slot_reads
-from diffjev.engines.base import CanvasEngine, EngineError
+from diffjev.engines.base import CanvasEngine, EngineError, prompt_token_limit
 from diffjev.models import from_pretrained, load_tokenizer
 
 
@@ -59,7 +59,8 @@ class TransformersEngine(CanvasEngine):
         vocab = self.model.config.get_text_config().vocab_size
         fmt = ModelFormat.from_tokenizer(self.tokenizer, "uniform" if self.family == "diffusion_gemma" else "mask",
                                          vocab_size=vocab)
-        self.builder = CanvasBuilder(self.tokenizer, fmt, canvas_length)
+        self.builder = CanvasBuilder(self.tokenizer, fmt, canvas_length,
+                                     max_prompt_tokens=prompt_token_limit(self.model, canvas_length))
         self.batch_size = batch_size
 
     def read(self, canvases: Sequence[Canvas]) -> list[dict[str, SlotRead]]:
