@@ -11,6 +11,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import select
 
 from diffjev import Schema
@@ -268,3 +270,29 @@ def test_a_state_past_the_models_context_is_cut_before_the_prompt_and_the_read_s
     assert cut["max_prompt_tokens"] == 512 - 64
     assert len(long_read.diagnostics["prompt_ids"]) <= 512 - 64
     assert "truncated" not in short_read.diagnostics
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.fixed_dictionaries({"text": st.text(min_size=1)}, optional={
+    "id": st.one_of(st.text(), st.integers()),
+    "extra": st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                          lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+                          max_leaves=8)}), min_size=1, max_size=6))
+def test_every_row_read_is_one_the_databases_can_store(tmp_path, records):
+    """Any record: either rejected with a reason, or a Row whose text and id PostgreSQL and SQLite both
+    take (no NUL, no surrogate) and whose fields the JSON column's encoder takes."""
+    import orjson
+
+    from diffjev.io import Limits, Row, read_rows
+
+    path = tmp_path / "any.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    for result in read_rows(path, id_field="id", limits=Limits(max_text_chars=1_000, max_id_chars=500)):
+        if isinstance(result, Row):
+            for value in (result.text, result.external_id or ""):
+                assert "\x00" not in value
+                value.encode("utf-8")  # raises on a surrogate, as the database drivers do
+            assert len(result.external_id or "") <= 500
+            orjson.dumps(result.fields)
+        else:
+            assert result.line >= 1 and result.reason
