@@ -96,9 +96,11 @@ def import_items(db: Database, project_name: str, source: Any, *, text_field: st
         _import_chunks(db, project_id, rows, chunk_rows, report, progress)
     except BaseException as exc:
         # The chunks stored so far stay stored: the audit trail says so, and why the import stopped. A
-        # failure to write that event (the database gone) must not hide the reason the import stopped.
-        with contextlib.suppress(Exception):
-            _log_import(db, actor, project_id, source, report, interrupted=type(exc).__name__)
+        # failure to write that event (the database gone) must not hide the reason the import stopped. A
+        # source refused before any chunk (no such column) stored nothing, and leaves no event.
+        if report.imported or report.duplicates or report.rejected:
+            with contextlib.suppress(Exception):
+                _log_import(db, actor, project_id, source, report, interrupted=type(exc).__name__)
         raise
     _log_import(db, actor, project_id, source, report)
     return report
