@@ -9,7 +9,7 @@ from __future__ import annotations
 import secrets
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from fastapi import APIRouter, Depends, HTTPException
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
@@ -69,8 +69,21 @@ def basic_auth(users: list[tuple[str, str]] | None) -> list:
     return [Depends(check)]
 
 
-def jev_router(engine: Engine, model_name: str, users: list[tuple[str, str]] | None = None) -> APIRouter:
-    router = APIRouter(dependencies=basic_auth(users))
+def membership(login: Any, may_read: Callable[[str], bool]) -> Any:
+    """After the password check (`login`, run once per request and shared), the user must be a member of
+    some project: a login alone does not open the API to someone every project has left out."""
+
+    def check(username: str = login) -> None:
+        if not may_read(username):
+            raise HTTPException(403, f"{username} is not a member of any project")
+
+    return Depends(check)
+
+
+def jev_router(engine: Engine, model_name: str, users: list[tuple[str, str]] | None = None,
+               may_read: Callable[[str], bool] | None = None) -> APIRouter:
+    login = basic_auth(users)
+    router = APIRouter(dependencies=login + ([membership(login[0], may_read)] if login and may_read else []))
 
     @router.post("/v1/systemone")
     def systemone(request: StructuredDecisionRequest) -> dict[str, Any]:

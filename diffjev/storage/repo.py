@@ -88,8 +88,14 @@ def set_members(session: Session, project_name: str, members: Sequence[str] | No
 
 
 def is_member(session: Session, project_name: str, user: str) -> bool:
-    members = session.scalar(select(Project.members).where(Project.name == project_name))
-    return members is None or user in members
+    """Whether the user may use the project: it is open to every user, or names them. No such project: no."""
+    found = session.execute(select(Project.members).where(Project.name == project_name)).first()
+    return found is not None and (found.members is None or user in found.members)
+
+
+def member_of_any(session: Session, user: str) -> bool:
+    """Whether the user may use at least one project (an open one, or one that names them)."""
+    return any(members is None or user in members for members in session.scalars(select(Project.members)))
 
 
 def save_schema(session: Session, project: Project, schema: Schema, actor: str) -> SchemaVersion:
@@ -163,11 +169,20 @@ def create_run(session: Session, project_id: int, version: SchemaVersion, engine
     return run
 
 
-def get_run(session: Session, run_id: int) -> Run:
+def get_run(session: Session, run_id: int, project_id: int | None = None) -> Run:
+    """A run by id; with `project_id`, only a run of that project (another project's run is not found)."""
     run = session.get(Run, run_id)
-    if run is None:
-        raise NotFound(f"no run with id {run_id}")
+    if run is None or (project_id is not None and run.project_id != project_id):
+        raise NotFound(f"no run {run_id} in this project" if project_id is not None else f"no run with id {run_id}")
     return run
+
+
+def project_item(session: Session, project_id: int, item_id: int) -> Item:
+    """An item looked up through its project: another project's id is simply not found."""
+    item = session.get(Item, item_id)
+    if item is None or item.project_id != project_id:
+        raise NotFound(f"no item {item_id} in this project")
+    return item
 
 
 def latest_run(session: Session, project_id: int, unfinished_only: bool = False) -> Run | None:
@@ -330,7 +345,7 @@ def next_human_disagreement(session: Session, run_id: int, question_id: int, ann
     return session.scalar(query.order_by(Suggestion.item_id).limit(1))
 
 
-def next_overlap(session: Session, question_id: int, annotator: str, share_percent: int,
+def next_overlap(session: Session, project_id: int, question_id: int, annotator: str, share_percent: int,
                  exclude: Iterable[int]) -> int | None:
     """An item in the double-annotation share (a fixed hash of its id below the share) that exactly one
     other annotator has answered and this one has not: the second answer for agreement."""
@@ -338,7 +353,8 @@ def next_overlap(session: Session, question_id: int, annotator: str, share_perce
     mine = select(own.id).where(own.item_id == Response.item_id, own.question_id == question_id,
                                 own.annotator == annotator)
     query = (select(Response.item_id)
-             .where(Response.question_id == question_id, Response.status == "submitted",
+             .join(Item, Item.id == Response.item_id)
+             .where(Item.project_id == project_id, Response.question_id == question_id, Response.status == "submitted",
                     Response.annotator != annotator, (Response.item_id * 7919) % 100 < share_percent, ~mine.exists())
              .group_by(Response.item_id).having(func.count() == 1))
     exclude = list(exclude)
@@ -464,6 +480,12 @@ def respond(session: Session, r: ResponseInput, expected_revision: int | None = 
     a stale write never overwrites a newer one (StaleWrite is raised instead)."""
     if r.source not in SOURCES or r.status not in STATUSES:
         raise ValueError(f"source must be one of {SOURCES} and status one of {STATUSES}")
+    # An answer joins an item and a question of one project: an id from another project is not found,
+    # so no answer (and no event) ever lands across projects.
+    project_id = session.scalar(select(Item.project_id).where(Item.id == r.item_id))
+    if project_id is None or project_id != session.scalar(select(Question.project_id)
+                                                          .where(Question.id == r.question_id)):
+        raise NotFound(f"no item {r.item_id} in this project")
     row = session.scalar(select(Response).where(Response.item_id == r.item_id, Response.question_id == r.question_id,
                                                 Response.annotator == r.annotator))
     before = None
@@ -480,7 +502,6 @@ def respond(session: Session, r: ResponseInput, expected_revision: int | None = 
     row.suggestion_id, row.suggestion_shown, row.seconds = r.suggestion_id, r.suggestion_shown, r.seconds
     row.updated_at = utcnow()
     session.flush()
-    project_id = session.scalar(select(Item.project_id).where(Item.id == r.item_id))
     log(session, r.annotator, f"response.{r.status}", project_id, r.item_id, r.question_id, response_id=row.id,
         value=r.value, source=r.source, before=before, revision=row.revision)
     refresh_open(session, r.item_id, r.question_id)

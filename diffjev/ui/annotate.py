@@ -10,6 +10,7 @@ from typing import Any
 import gradio as gr
 
 from diffjev.services import annotation
+from diffjev.storage import repo
 from diffjev.ui.context import Studio
 
 MAX_KEYS = 9
@@ -54,10 +55,10 @@ def item_html(card: annotation.Card) -> str:
 
 
 def build(studio: Studio) -> None:
-    _, schema, _, _ = studio.schema()
-    keys = [q.id for q in schema.questions]
     with gr.Row():
-        question = gr.Dropdown(keys, value=keys[0], label="Question", elem_id="annotate-question")
+        # Filled when the page loads, so the page and API description served before a login hold none of the
+        # project's question ids; any value is checked against the project's schema by the service.
+        question = gr.Dropdown([], label="Question", allow_custom_value=True, elem_id="annotate-question")
         queue = gr.Dropdown(list(QUEUES), value="Least confidence first", label="Queue", elem_id="annotate-queue")
         start = gr.Button("Start", elem_id="annotate-start")
     gr.Markdown(HELP, elem_id="keys-help")
@@ -111,7 +112,7 @@ def build(studio: Studio) -> None:
         strategy = QUEUES[queue_name]
         try:
             card = annotation.next_card(studio.db, studio.project, key, strategy, studio.annotator(request))
-        except ValueError as exc:  # a setting a person can fix, such as DIFFJEV_OVERLAP
+        except (ValueError, repo.NotFound) as exc:  # a setting a person can fix (DIFFJEV_OVERLAP), a wrong id
             raise gr.Error(str(exc)) from None
         return show(card, strategy)
 

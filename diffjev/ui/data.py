@@ -20,12 +20,16 @@ from diffjev.services.exporting import export_project
 from diffjev.services.importing import dataset_source, import_items
 from diffjev.services.prelabel import prelabel
 from diffjev.storage import repo
+from diffjev.ui.access import NotAnUpload, uploaded_file
 from diffjev.ui.context import Studio
 
 
 def _source(studio: Studio, upload: Any, dataset_name: str) -> Any:
     if upload:
-        return upload if isinstance(upload, str) else upload.name
+        try:
+            return uploaded_file(upload)
+        except NotAnUpload as exc:
+            raise gr.Error(str(exc)) from None
     if dataset_name.strip():
         try:
             return dataset_source(dataset_name, studio.import_dir)
@@ -148,7 +152,7 @@ def build_export(studio: Studio) -> None:
 
     def run(fmt_name: str, reviewed_only: bool, who: str, request: gr.Request) -> tuple[str, Any]:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        target = studio.export_dir / f"{studio.project}-{stamp}.{ 'jsonl' if fmt_name == 'jsonl' else fmt_name}"
+        target = studio.export_target(f"{studio.project}-{stamp}.{fmt_name}")
         try:
             count = export_project(studio.db, studio.project, target, fmt_name, annotator=who.strip() or None,
                                    reviewed_only=reviewed_only, actor=studio.annotator(request))
