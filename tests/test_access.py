@@ -499,3 +499,38 @@ def test_the_studio_will_not_listen_beyond_localhost_without_a_login(tmp_path):
     assert listening_refusal("127.0.0.1", None, False) is None
     assert listening_refusal("0.0.0.0", [("a", "b")], False) is None
     assert listening_refusal("0.0.0.0", None, True) is None
+
+
+def test_a_non_member_reaches_no_route_and_no_endpoint(tmp_path, dgemma_engine):
+    db = studio_db(tmp_path / "sweep.db", [f"{MARK}: charged twice"], dgemma_engine, name="payroll")
+    server, _ = serve_studio(db, dgemma_engine, name="payroll", auth=USERS)
+    with server:
+        alice = logged_in(server, USERS[0])
+        endpoints = sorted(alice.get("/gradio_api/info").json()["named_endpoints"])
+        assert len(endpoints) > 15 and "/review_change" in endpoints
+        with db.session() as session:  # alice stays logged in, but is no longer a member
+            repo.set_members(session, "payroll", ["bob"], "owner")
+        found = [(m, p) for m, p in routes(server.server.config.app.routes)
+                 if not p.startswith(OPEN_PREFIXES) and p not in OPEN and "{" not in p]
+        asked = [("POST", f"/gradio_api/call{name}") for name in endpoints] + \
+                [("POST", f"/gradio_api/run{name}") for name in endpoints] + found
+        answered = []
+        for method, path in asked:
+            response = alice.request(method, path, json={"data": [1, "team", "billing"]}, timeout=10)
+            assert MARK not in response.text, path
+            if response.status_code != 403:
+                answered.append(f"{method} {path}: {response.status_code}")
+        assert answered == [], "a non-member was answered: " + "; ".join(answered)
+
+
+def test_a_database_error_reaches_the_page_as_no_sql(tmp_path, dgemma_engine):
+    db = studio_db(tmp_path / "broken.db", [f"{MARK}: charged twice"], dgemma_engine, name="payroll")
+    server, _ = serve_studio(db, dgemma_engine, name="payroll", auth=USERS)
+    with server:
+        alice = logged_in(server, USERS[0])
+        with db.engine.begin() as conn:  # the database breaks under the running studio
+            conn.execute(text("DROP TABLE leases"))
+        event, said = gradio_call(alice, "annotate_start", "team", "Least confidence first")
+        assert event == "error"
+        for raw in ("leases", "SELECT", "DELETE", "INSERT", "sqlite3", "OperationalError", "Traceback"):
+            assert raw not in said, raw

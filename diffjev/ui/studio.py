@@ -169,7 +169,10 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
     gr.mount_gradio_app(app, blocks, path="/", auth=login_check(studio, auth) if auth else None,
                         auth_dependency=signed_in_hub_user if hub_sign_in else None,
                         auth_message="Log in with your diffjev user and password.", css=CSS + playground.CSS,
-                        head=annotate.KEYS_JS, max_file_size=studio.max_upload)
+                        head=annotate.KEYS_JS, max_file_size=studio.max_upload,
+                        # Only messages written for people (gr.Error) reach the page; anything else, such as
+                        # a database error with its SQL and parameters, stays in the server's log.
+                        show_error=False)
     # Gradio refuses a file value outside its upload folder (a client can post any server path as a file)
     # only in an app it has launched; a mounted app never is, so the check would be skipped on every route.
     blocks.has_launched = True
