@@ -66,8 +66,12 @@ def allowed_model(name: str, model_dir: Path) -> str:
     if not where.is_absolute() and ".." not in where.parts and "\x00" not in name:
         root = model_dir.resolve()
         local = (root / where).resolve()  # a link out of the folder resolves outside it
-        if local.is_relative_to(root) and local != root and local.is_dir():
+        inside = local.is_relative_to(root) and local != root
+        if inside and local.is_dir():
             return str(local)
+        if not inside and (root / where).exists():
+            raise EngineError(f"model {name!r} leads outside the models folder {model_dir} ({MODEL_DIR_SETTING}); "
+                              "move the model into it")
     # transformers loads a name that exists as a relative folder from that folder, not from the Hub.
     if HUB_MODEL.fullmatch(name) and len(name) <= 96 and not where.exists():
         return name
