@@ -135,8 +135,9 @@ def test_instructions_load_no_remote_image(browser, tmp_path, dgemma_engine):
             page.on("request", lambda r: asked.append(r.url))
             page.goto(server.url)
             page.locator("#annotate-start").click()
-            page.wait_for_selector("#question-text .dj-question")
+            page.wait_for_function("document.querySelector('#question-text').innerText.includes('Urgent?')")
             page.wait_for_timeout(1000)
+            assert listener.requests == [] and not [u for u in asked if u.startswith(listener.url)]
             shown = page.inner_text("#question-text")
             assert "[image: x]" in shown and f'<img src="{listener.url}/raw.png">' in shown
             assert page.locator("#question-text strong").inner_text() == "now"  # markdown still renders
