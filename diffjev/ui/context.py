@@ -15,6 +15,7 @@ import gradio as gr
 
 from diffjev.engines.auto import ChosenEngine
 from diffjev.schema import Schema
+from diffjev.services.engine_access import configured_engine_urls, default_model_dir
 from diffjev.services.annotation import project_schema
 from diffjev.storage.db import Database
 from diffjev.ui.access import hub_sign_in_configured
@@ -35,6 +36,10 @@ class Studio:
     # The largest upload the studio accepts ($DIFFJEV_MAX_UPLOAD, Gradio's size syntax: "200mb", "1gb").
     max_upload: str = field(default_factory=lambda: os.environ.get("DIFFJEV_MAX_UPLOAD", "200mb"))
     hub_sign_in: bool = field(default_factory=hub_sign_in_configured)
+    # Engine servers a user may name in the Pre-label tab, besides $DIFFJEV_VLLM_URL ($DIFFJEV_ENGINE_URLS).
+    engine_urls: tuple[str, ...] = field(default_factory=configured_engine_urls)
+    # Model folders a user may name in the Pre-label tab; nothing outside it ($DIFFJEV_MODEL_DIR).
+    model_dir: Path = field(default_factory=default_model_dir)
     cancels: dict[str, threading.Event] = field(default_factory=dict)
     # (handler, inputs, outputs) that fill a tab when the page loads
     on_load: list[tuple[Any, list, list]] = field(default_factory=list)

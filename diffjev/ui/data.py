@@ -12,10 +12,11 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from diffjev.engines.auto import ENGINE_CHOICES, EngineChoice, choose_engine
+from diffjev.engines.auto import ENGINE_CHOICES, choose_engine
 from diffjev.engines.base import EngineError
 from diffjev.io import ExportError, SourceError, peek
 from diffjev.models import ModelLoadError
+from diffjev.services.engine_access import studio_engine_choice
 from diffjev.services.exporting import export_project
 from diffjev.services.importing import dataset_source, import_items
 from diffjev.services.prelabel import prelabel
@@ -91,8 +92,10 @@ def build_prelabel(studio: Studio) -> None:
     with gr.Row():
         kind = gr.Dropdown([CONFIGURED, *[k for k in ENGINE_CHOICES if k != "auto"]], value=CONFIGURED,
                            label="Engine", elem_id="prelabel-engine")
-        url = gr.Textbox(label="Server URL (vllm, jev)", elem_id="prelabel-url")
-        model = gr.Textbox(label="Model (served name, folder or Hub name)", elem_id="prelabel-model")
+        url = gr.Textbox(label="Server URL (vllm, jev): the studio's own or one in DIFFJEV_ENGINE_URLS",
+                         elem_id="prelabel-url")
+        model = gr.Textbox(label="Model (served name, Hub name, or a folder in DIFFJEV_MODEL_DIR)",
+                           elem_id="prelabel-model")
     which = gr.Radio(["All items", "Only items nobody has answered"], value="All items", label="Items",
                      elem_id="prelabel-which")
     with gr.Row():
@@ -104,9 +107,10 @@ def build_prelabel(studio: Studio) -> None:
     def engine_for(kind_name: str, server: str, model_name: str) -> Any:
         if kind_name == CONFIGURED:
             return studio.chosen.engine
-        try:
-            return choose_engine(EngineChoice(kind=kind_name, url=server.strip() or None,
-                                              model=model_name.strip() or None)).engine
+        try:  # the server makes the requests and loads the model: only what the operator allowed
+            choice = studio_engine_choice(kind_name, server.strip(), model_name.strip(),
+                                          allowed_urls=studio.engine_urls, model_dir=studio.model_dir)
+            return choose_engine(choice).engine
         except (EngineError, ModelLoadError) as exc:
             raise gr.Error(str(exc)) from None
 
