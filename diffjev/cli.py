@@ -105,6 +105,23 @@ def cmd_members(args: argparse.Namespace) -> None:
     print(f"project {args.project!r}: " + ("open to every user" if members is None else f"only {', '.join(members)}"))
 
 
+def cmd_hash_password(args: argparse.Namespace) -> None:
+    import getpass
+
+    from diffjev.passwords import hash_password
+
+    # Read, never taken as an argument: an argument shows in the process list and the shell's history.
+    if sys.stdin.isatty():
+        password = getpass.getpass("password: ")
+        if getpass.getpass("again: ") != password:
+            raise UserError("the two passwords differ; run it again")
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        raise UserError("the password is empty; type one, or pipe it on the first line of stdin")
+    print(hash_password(password))
+
+
 def cmd_import(args: argparse.Namespace) -> None:
     from diffjev.services.importing import import_items
 
@@ -284,6 +301,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--project", required=True)
     p.add_argument("users", nargs="?", help="user1,user2: the only users who may open the project in the studio")
     p.add_argument("--open", action="store_true", help="let every user who can log in open the project")
+
+    command("hash-password", cmd_hash_password, "print a password's scrypt hash, for DIFFJEV_USERS=user:HASH "
+            "(reads the password from the terminal or the first line of stdin)", db=False)
 
     p = command("import", cmd_import, "import items from CSV, JSONL, Parquet or a Hugging Face dataset")
     p.add_argument("--project", required=True)

@@ -83,10 +83,11 @@ def next_card(db: Database, project_name: str, question_key: str, strategy: str,
     project_id, schema, rows, run_id = project_schema(db, project_name)
     question = project_question(schema, question_key)
     row = rows[question_key]
+    claimed_by_others: list[int] = []  # picked, but another annotator's claim on it won
 
     def pick(session) -> int | None:
         now = utcnow()
-        exclude = repo.leased_by_others(session, row, annotator, now)
+        exclude = repo.leased_by_others(session, row, annotator, now) + claimed_by_others
         if skip_item is not None:
             exclude.append(skip_item)
         if run_id is None:
@@ -109,11 +110,19 @@ def next_card(db: Database, project_name: str, question_key: str, strategy: str,
             item_id = repo.next_changed_since_seen(session, run_id, row, since, exclude)
         else:
             item_id = repo.next_in_queue(session, run_id, row, strategy, exclude)
-        if item_id is not None:
-            repo.take_lease(session, item_id, row, annotator, now + LEASE)
         return item_id
 
-    item_id = db.write(pick)
+    def claim(session) -> int | None:
+        # On PostgreSQL another annotator can claim (and even answer) the picked item between the pick
+        # and the lease; the lease refuses then, and the queue is asked again without that item.
+        while True:
+            picked_at = utcnow()
+            item_id = pick(session)
+            if item_id is None or repo.take_lease(session, item_id, row, annotator, utcnow() + LEASE, picked_at):
+                return item_id
+            claimed_by_others.append(item_id)
+
+    item_id = db.write(claim)
     if item_id is None:
         return None
     return load_card(db, project_id, item_id, question, row, run_id, annotator, blind=strategy == "blind")

@@ -6,6 +6,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Iterable, Sequence
 
 from sqlalchemy import Text, and_, cast, delete, func, insert, select, update
@@ -422,23 +423,56 @@ def inherit_temperatures(session: Session, run: Run, actor: str) -> None:
 
 
 # Leases -----------------------------------------------------------------------------------------------
+#
+# A lease row stays behind when its item is answered or given up, expiring at that moment: a pick that
+# began before then may have read the item as open and unleased, and the row tells its claim that the
+# item changed hands meanwhile. A holder's rows older than TOMBSTONE_AGE are dropped at its next claim.
+
+TOMBSTONE_AGE = timedelta(minutes=1)
+
 
 def leased_by_others(session: Session, question_id: int, annotator: str, now) -> list[int]:
     return list(session.scalars(select(Lease.item_id).where(Lease.question_id == question_id,
                                                             Lease.annotator != annotator, Lease.expires_at > now)))
 
 
-def take_lease(session: Session, item_id: int, question_id: int, annotator: str, until) -> None:
-    """Hold an item for one annotator, replacing this annotator's other lease on the question."""
-    session.execute(delete(Lease).where(Lease.question_id == question_id,
-                                        (Lease.annotator == annotator) | (Lease.item_id == item_id)))
-    session.execute(insert(Lease).values(item_id=item_id, question_id=question_id, annotator=annotator,
-                                         expires_at=until))
+def take_lease(session: Session, item_id: int, question_id: int, annotator: str, until, picked_at) -> bool:
+    """Hold an item for one annotator until `until`, giving up their other lease on the question; True
+    when held. `picked_at` is when the pick that chose the item began: the claim fails if another
+    annotator holds the item, or held it at any time since then (they may have answered it since).
+
+    The claim is one statement that inserts the lease or takes over a stale one, so of two annotators
+    claiming one item at once exactly one wins, on PostgreSQL as on SQLite, and nobody's live lease is
+    ever removed."""
+    now = utcnow()
+    mine = (Lease.question_id == question_id) & (Lease.annotator == annotator) & (Lease.item_id != item_id)
+    session.execute(delete(Lease).where(mine, Lease.expires_at < now - TOMBSTONE_AGE))
+    session.execute(update(Lease).where(mine, Lease.expires_at > now).values(expires_at=now))
+    claim = _dialect_insert(session)(Lease).values(item_id=item_id, question_id=question_id, annotator=annotator,
+                                                   expires_at=until)
+    claim = claim.on_conflict_do_update(
+        index_elements=[Lease.item_id, Lease.question_id], set_={"annotator": annotator, "expires_at": until},
+        where=(Lease.annotator == annotator) | (Lease.expires_at <= picked_at))
+    return session.scalar(claim.returning(Lease.id)) is not None
+
+
+def _dialect_insert(session: Session):
+    """The INSERT with ON CONFLICT of the session's database: both dialects spell it the same way."""
+    backend = session.get_bind().dialect.name
+    if backend == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    elif backend == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    else:
+        raise NotImplementedError(f"leases need SQLite or PostgreSQL, not {backend}; set DIFFJEV_DB to one of them")
+    return dialect_insert
 
 
 def release_lease(session: Session, item_id: int, question_id: int, annotator: str) -> None:
-    session.execute(delete(Lease).where(Lease.item_id == item_id, Lease.question_id == question_id,
-                                        Lease.annotator == annotator))
+    """End the annotator's lease on an item now (see the section's note on why the row stays)."""
+    now = utcnow()
+    session.execute(update(Lease).where(Lease.item_id == item_id, Lease.question_id == question_id,
+                                        Lease.annotator == annotator, Lease.expires_at > now).values(expires_at=now))
 
 
 # Responses --------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import logging
+import math
 import os
 import threading
 
@@ -14,11 +15,14 @@ from sqlalchemy import select
 from starlette.requests import HTTPConnection
 from starlette.routing import Mount
 
+from diffjev import passwords
 from diffjev.api import jev_router, password_matches
+from diffjev.auth_throttle import ClientAddress, LoginThrottle, Throttled, current_address
 from diffjev.demo import TICKETS_SCHEMA, demo_tickets
 from diffjev.engines.auto import ChosenEngine, EngineChoice, choose_engine
 from diffjev.engines.base import EngineError
 from diffjev.models import ModelLoadError
+from diffjev.passwords import PasswordBook
 from diffjev.schema import Schema
 from diffjev.services.importing import import_items
 from diffjev.services.prelabel import prelabel
@@ -75,7 +79,8 @@ def ensure_project(db: Database, actor: str = "studio") -> tuple[str, bool]:
 
 
 def users_from_env() -> list[tuple[str, str]] | None:
-    """DIFFJEV_USERS="alice:secret,bob:secret" turns on the login."""
+    """DIFFJEV_USERS="alice:secret,bob:scrypt:32768:8:1$salt$hex" turns on the login: each user's plain
+    password or its hash (`diffjev hash-password` prints one)."""
     raw = os.environ.get("DIFFJEV_USERS", "").strip()
     if not raw:
         return None
@@ -84,7 +89,13 @@ def users_from_env() -> list[tuple[str, str]] | None:
         name, sep, password = entry.strip().partition(":")
         if not sep or not name or not password:
             raise ValueError("DIFFJEV_USERS must be user:password pairs separated by commas")
+        if passwords.is_hash(password):
+            try:
+                passwords.check_hash(password)
+            except passwords.BadHash as exc:
+                raise ValueError(f"DIFFJEV_USERS: the password of {name!r} {exc}") from None
         pairs.append((name, password))
+    LoginThrottle.from_env()  # a wrong backoff setting is reported at start-up, with the logins
     return pairs
 
 
@@ -127,13 +138,19 @@ def build_blocks(studio: Studio) -> gr.Blocks:
     return blocks
 
 
-def login_check(studio: Studio, users: list[tuple[str, str]]):
+def login_check(studio: Studio, users: list[tuple[str, str]], throttle: LoginThrottle | None = None):
     """Gradio's login: the password, and, where the project names its members, membership. A user who
-    is not a member cannot log in to this project's studio, so no route shows them its items."""
-    passwords = dict(users)
+    is not a member cannot log in to this project's studio, so no route shows them its items. Failed
+    attempts back off per user and per address (429 while refused)."""
+    book = PasswordBook(users)
+    throttle = throttle or LoginThrottle.from_env()
 
     def check(username: str, password: str) -> bool:
-        if not password_matches(passwords, username, password):
+        try:
+            ok = throttle.check(username, current_address(), lambda: password_matches(book, username, password))
+        except Throttled as exc:
+            raise HTTPException(429, str(exc), headers={"Retry-After": str(math.ceil(exc.seconds))}) from None
+        if not ok:
             return False
         with studio.db.read() as session:
             return repo.is_member(session, studio.project, username)
@@ -149,6 +166,8 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
     # With logins on, no route answers without one: the API's own docs and schema are closed too.
     closed = {"docs_url": None, "redoc_url": None, "openapi_url": None} if auth or hub_sign_in else {}
     app = FastAPI(title="diffjev studio", **closed)
+    throttle = LoginThrottle.from_env()  # one backoff for the login page and the API
+    app.add_middleware(ClientAddress)
 
     def may_use(user: str) -> bool:
         with studio.db.read() as session:
@@ -158,7 +177,7 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
         with studio.db.read() as session:
             return repo.member_of_any(session, user)
 
-    app.include_router(jev_router(studio.chosen.engine, studio.chosen.engine.model_name, auth, may_read))
+    app.include_router(jev_router(studio.chosen.engine, studio.chosen.engine.model_name, auth, throttle, may_read))
     if auth or hub_sign_in:  # the mounted Gradio app would serve its own OpenAPI schema here
 
         @app.get("/openapi.json", include_in_schema=False)
@@ -166,7 +185,7 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
             raise HTTPException(404)
 
     blocks = build_blocks(studio)
-    gr.mount_gradio_app(app, blocks, path="/", auth=login_check(studio, auth) if auth else None,
+    gr.mount_gradio_app(app, blocks, path="/", auth=login_check(studio, auth, throttle) if auth else None,
                         auth_dependency=signed_in_hub_user if hub_sign_in else None,
                         auth_message="Log in with your diffjev user and password.", css=CSS + playground.CSS,
                         head=annotate.KEYS_JS, max_file_size=studio.max_upload,
