@@ -6,17 +6,19 @@ engine, every question in one read where the engine reads canvases, in vLLM's an
 
 from __future__ import annotations
 
-import secrets
+import math
 import time
 import uuid
-from typing import Any
+from typing import Any, Callable
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
 from pydantic import BaseModel, ConfigDict
 
+from diffjev.auth_throttle import LoginThrottle, Throttled
 from diffjev.engines.base import Engine, EngineError
 from diffjev.errors import SchemaError
+from diffjev.passwords import PasswordBook
 from diffjev.read import read
 from diffjev.schema import Schema
 
@@ -48,29 +50,50 @@ class StructuredDecisionRequest(BaseModel):
                                  "samples": 1})
 
 
-def password_matches(allowed: dict[str, str], username: str, password: str) -> bool:
-    """The one password check of the studio's login and the Jev API, in constant time."""
-    expected = allowed.get(username)
-    return expected is not None and secrets.compare_digest(expected.encode(), password.encode())
+def password_matches(allowed: PasswordBook, username: str, password: str) -> bool:
+    """The one password check of the studio's login and the Jev API: a plain password in constant time,
+    or a scrypt hash (see diffjev.passwords)."""
+    return allowed.matches(username, password)
 
 
-def basic_auth(users: list[tuple[str, str]] | None) -> list:
-    """With logins configured, the API asks for the same user and password (HTTP Basic)."""
+def basic_auth(users: list[tuple[str, str]] | None, throttle: LoginThrottle | None = None) -> list:
+    """With logins configured, the API asks for the same user and password (HTTP Basic), with the same
+    backoff after failed attempts (429 and Retry-After while it lasts)."""
     if not users:
         return []
-    allowed = dict(users)
+    allowed = PasswordBook(users)
+    throttle = throttle or LoginThrottle.from_env()
     security = HTTPBasic()
 
-    def check(credentials: HTTPBasicCredentials = Depends(security)) -> str:
-        if not password_matches(allowed, credentials.username, credentials.password):
+    def check(request: Request, credentials: HTTPBasicCredentials = Depends(security)) -> str:
+        address = request.client.host if request.client else "unknown"
+        try:
+            ok = throttle.check(credentials.username, address,
+                                lambda: password_matches(allowed, credentials.username, credentials.password))
+        except Throttled as exc:
+            raise HTTPException(429, str(exc), headers={"Retry-After": str(math.ceil(exc.seconds))}) from None
+        if not ok:
             raise HTTPException(401, "wrong user or password", headers={"WWW-Authenticate": "Basic"})
         return credentials.username
 
     return [Depends(check)]
 
 
-def jev_router(engine: Engine, model_name: str, users: list[tuple[str, str]] | None = None) -> APIRouter:
-    router = APIRouter(dependencies=basic_auth(users))
+def membership(login: Any, may_read: Callable[[str], bool]) -> Any:
+    """After the password check (`login`, run once per request and shared), the user must be a member of
+    some project: a login alone does not open the API to someone every project has left out."""
+
+    def check(username: str = login) -> None:
+        if not may_read(username):
+            raise HTTPException(403, f"{username} is not a member of any project")
+
+    return Depends(check)
+
+
+def jev_router(engine: Engine, model_name: str, users: list[tuple[str, str]] | None = None,
+               throttle: LoginThrottle | None = None, may_read: Callable[[str], bool] | None = None) -> APIRouter:
+    login = basic_auth(users, throttle)
+    router = APIRouter(dependencies=login + ([membership(login[0], may_read)] if login and may_read else []))
 
     @router.post("/v1/systemone")
     def systemone(request: StructuredDecisionRequest) -> dict[str, Any]:

@@ -106,6 +106,23 @@ def cmd_members(args: argparse.Namespace) -> None:
     print(f"project {args.project!r}: " + ("open to every user" if members is None else f"only {', '.join(members)}"))
 
 
+def cmd_hash_password(args: argparse.Namespace) -> None:
+    import getpass
+
+    from diffjev.passwords import hash_password
+
+    # Read, never taken as an argument: an argument shows in the process list and the shell's history.
+    if sys.stdin.isatty():
+        password = getpass.getpass("password: ")
+        if getpass.getpass("again: ") != password:
+            raise UserError("the two passwords differ; run it again")
+    else:
+        password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        raise UserError("the password is empty; type one, or pipe it on the first line of stdin")
+    print(hash_password(password))
+
+
 def cmd_import(args: argparse.Namespace) -> None:
     from diffjev.services.importing import import_items
 
@@ -197,7 +214,18 @@ def vllm_command(args: argparse.Namespace) -> list[str]:
                "--enable-prefix-caching", "--async-scheduling"]
     if args.served_model_name:
         command += ["--served-model-name", args.served_model_name]
+    if args.api_key:
+        command += ["--api-key", args.api_key]
     return command
+
+
+def _shown_command(command: list[str]) -> str:
+    """The command for a person to read: the API key hidden, as every secret is in diffjev's output."""
+    shown = list(command)
+    for i, word in enumerate(shown[:-1]):
+        if word == "--api-key":
+            shown[i + 1] = "$VLLM_API_KEY"
+    return shlex.join(shown)
 
 
 def cmd_serve_model(args: argparse.Namespace) -> None:
@@ -207,7 +235,7 @@ def cmd_serve_model(args: argparse.Namespace) -> None:
                             "--tiny runs with --backend transformers")
         command = vllm_command(args)
         if args.dry_run:
-            print(shlex.join(command))
+            print(_shown_command(command))
             return
         if shutil.which("vllm") is None:
             raise UserError("vllm is not installed here. On a GPU host: pip install 'diffjev[vllm]'; on a CPU, "
@@ -234,8 +262,9 @@ def _serve_transformers(args: argparse.Namespace) -> None:
     else:
         raise UserError("give --model PATH_OR_NAME, or --tiny for a random-weight test model")
     app = create_app(engine, name, canvas_length=args.canvas, service_latency_s=args.service_latency_ms / 1000,
-                     memoize=args.memoize)
-    print(f"# serving {name} on http://{args.host}:{args.port} (vLLM wire format)", file=sys.stderr)
+                     memoize=args.memoize, api_key=args.api_key)
+    guard = "every request needs the API key" if args.api_key else "no API key: it answers anyone who reaches it"
+    print(f"# serving {name} on http://{args.host}:{args.port} (vLLM wire format; {guard})", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 
@@ -280,6 +309,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--project", required=True)
     p.add_argument("users", nargs="?", help="user1,user2: the only users who may open the project in the studio")
     p.add_argument("--open", action="store_true", help="let every user who can log in open the project")
+
+    command("hash-password", cmd_hash_password, "print a password's scrypt hash, for DIFFJEV_USERS=user:HASH "
+            "(reads the password from the terminal or the first line of stdin)", db=False)
 
     p = command("import", cmd_import, "import items from CSV, JSONL, Parquet or a Hugging Face dataset")
     p.add_argument("--project", required=True)
@@ -335,6 +367,9 @@ def parser() -> argparse.ArgumentParser:
                    help="transformers backend: a fixed wait per request, standing in for a GPU in benchmarks")
     p.add_argument("--memoize", action="store_true",
                    help="transformers backend: answer a seeded read asked before from memory (benchmarks)")
+    p.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY") or None,
+                   help="answer only requests with 'Authorization: Bearer KEY', on every route, as vLLM's "
+                        "--api-key (default: $VLLM_API_KEY); the client sends $DIFFJEV_VLLM_API_KEY")
     p.add_argument("--dry-run", action="store_true", help="vllm backend: print the command instead of running it")
     return top
 

@@ -61,8 +61,21 @@ class Rejected:
     reason: str
 
 
+@dataclass(frozen=True)
+class HubDataset:
+    """A dataset named on the Hugging Face Hub (owner/name). It is only ever fetched from the Hub: unlike a
+    bare string, it never resolves to a file or folder on the server."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
 def source_format(source: Any) -> str:
-    """csv, jsonl, parquet, dataframe, dataset or hf-name."""
+    """csv, jsonl, parquet, dataframe, dataset, hf (a saved folder or a name) or hub (a HubDataset)."""
+    if isinstance(source, HubDataset):
+        return "hub"
     if hasattr(source, "iterrows"):
         return "dataframe"
     if hasattr(source, "features") and hasattr(source, "iter"):
@@ -144,7 +157,8 @@ def _records(source: Any, fmt: str, split: str) -> Iterator[Any]:
         raise SourceError(f"no file at {source}")
     readers = {"csv": _csv_records, "jsonl": _jsonl_records, "parquet": _parquet_records,
                "dataframe": _dataframe_records, "dataset": _dataset_records,
-               "hf": lambda s: _dataset_records(load_hf_dataset(s, split))}
+               "hf": lambda s: _dataset_records(load_hf_dataset(s, split)),
+               "hub": lambda s: _dataset_records(load_hf_dataset(s, split))}
     return readers[fmt](source)
 
 
@@ -325,7 +339,7 @@ def load_hf_dataset(source: Any, split: str = "train") -> Any:
     import datasets
 
     path = Path(str(source))
-    if path.is_dir():
+    if not isinstance(source, HubDataset) and path.is_dir():
         try:
             loaded = datasets.load_from_disk(str(path))
         except (FileNotFoundError, ValueError) as exc:
@@ -337,7 +351,12 @@ def load_hf_dataset(source: Any, split: str = "train") -> Any:
         if why is not None:
             raise SourceError(f"cannot load the dataset {source!r}: it is not a local folder and {why}")
         try:
-            loaded = datasets.load_dataset(str(source))
+            if isinstance(source, HubDataset):  # download the Hub's copy; load_dataset(name) would look locally first
+                from huggingface_hub import snapshot_download
+
+                loaded = datasets.load_dataset(snapshot_download(source.name, repo_type="dataset"))
+            else:
+                loaded = datasets.load_dataset(str(source))
         except Exception as exc:  # the Hub client raises many types; the user needs the message
             raise SourceError(f"cannot load the dataset {source!r}: {exc}") from None
     if hasattr(loaded, "keys"):  # a DatasetDict

@@ -16,6 +16,7 @@ Multi-step denoising and free generation are refused with a 400 that says so: th
 from __future__ import annotations
 
 import asyncio
+import hmac
 import random
 import threading
 import time
@@ -49,10 +50,27 @@ class RequestError(Exception):
         self.message, self.param, self.status = message, param, status
 
 
-def error_response(message: str, status: int = 400, param: str | None = None) -> JSONResponse:
-    kind = {400: "BadRequestError", 404: "NotFoundError"}.get(status, "InternalServerError")
+def error_response(message: str, status: int = 400, param: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    kind = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError"}.get(status,
+                                                                                          "InternalServerError")
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}},
-                        status_code=status)
+                        status_code=status, headers=headers)
+
+
+def require_api_key(app: FastAPI, api_key: str) -> None:
+    """Every route, the docs included, answers only `Authorization: Bearer <api_key>`, as vLLM's
+    `--api-key` does; anything else gets a 401. The comparison takes the same time wherever the given
+    key first differs, so the key cannot be guessed a character at a time."""
+    expected = f"Bearer {api_key}".encode()
+
+    @app.middleware("http")
+    async def _check_api_key(request: Request, call_next):
+        given = request.headers.get("authorization", "").encode("utf-8", "surrogateescape")
+        if not hmac.compare_digest(given, expected):
+            return error_response("this server needs an API key: send it as 'Authorization: Bearer <key>'",
+                                  401, headers={"WWW-Authenticate": "Bearer"})
+        return await call_next(request)
 
 
 def _is_int(value: Any) -> bool:
@@ -126,8 +144,11 @@ def logprob_args(body: dict[str, Any], max_logprobs: int, vocab: int) -> dict[st
 
 def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_length: int = DEFAULT_MAX_WIDTH,
                max_logprobs: int = DEFAULT_MAX_LOGPROBS, service_latency_s: float = 0.0,
-               memoize: bool = False) -> FastAPI:
-    """For throughput benchmarks, where this server stands in for a GPU server:
+               memoize: bool = False, api_key: str | None = None) -> FastAPI:
+    """With `api_key`, every request must carry it as `Authorization: Bearer <api_key>` (vLLM's
+    `--api-key`); without one, the server answers anyone who reaches it.
+
+    For throughput benchmarks, where this server stands in for a GPU server:
 
     - `service_latency_s` adds a fixed wait per request, outside the model lock: a GPU server's
       service time;
@@ -136,6 +157,8 @@ def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_len
       timed pass measures the client against the configured latency, not this CPU's speed.
     """
     app = FastAPI(title="diffjev structured-read server (vLLM wire format)")
+    if api_key:
+        require_api_key(app, api_key)
     tokenizer = engine.tokenizer
     builder = engine.builder
     vocab = builder.format.vocab_size

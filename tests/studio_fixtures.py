@@ -18,10 +18,10 @@ BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-r
                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
-def studio_db(path, texts, prelabel_with=None, name="tickets"):
+def studio_db(path, texts, prelabel_with=None, name="tickets", schema=None):
     db = Database(path)
     with db.session() as session:
-        repo.create_project(session, name, Schema.from_dict({**TICKETS, "samples": 1}), "owner")
+        repo.create_project(session, name, Schema.from_dict(schema or {**TICKETS, "samples": 1}), "owner")
     import_items(db, name, pd.DataFrame({"id": [f"t{i}" for i in range(len(texts))], "text": texts}), id_field="id")
     if prelabel_with is not None:
         prelabel(db, name, prelabel_with)

@@ -1,18 +1,29 @@
 """Access: with logins on, no route answers without one; projects restricted to named users; paths that
 cannot leave their folder; uploads with a size limit; secrets that never reach a log, an export or a page."""
 
+import html
+import json
 import os
+import re
 import subprocess
 import sys
+import time
+from pathlib import Path
 
+import gradio
 import httpx
+import pandas as pd
 import pytest
 from gradio_client import Client, handle_file
-from sqlalchemy import text
+from sqlalchemy import func, select, text
 
-from diffjev.io import SourceError
-from diffjev.services.importing import dataset_source
+from diffjev import Schema
+
+from diffjev.io import HubDataset, SourceError
+from diffjev.services.importing import dataset_source, import_items
 from diffjev.storage import repo
+from diffjev.storage.db import Database
+from diffjev.storage.models import Event, Item, Response, Run
 from conftest import SERVED_NAME
 from studio_fixtures import serve_studio, studio_db
 
@@ -89,8 +100,7 @@ def test_every_route_needs_a_login(studio):
     assert checked > 40
     # and with a login, the same routes do answer
     alice = logged_in(server, USERS[0])
-    assert alice.get("/config").status_code == 200
-    assert MARK in alice.get(f"/gradio_api/file={export}").text
+    assert alice.get("/config").status_code == 200 and alice.get("/gradio_api/info").status_code == 200
 
 
 def test_a_non_member_cannot_open_a_restricted_project(tmp_path, dgemma_engine):
@@ -112,14 +122,13 @@ def test_a_non_member_cannot_open_a_restricted_project(tmp_path, dgemma_engine):
                           timeout=30).status_code == 200
 
 
-def test_downloads_cannot_leave_the_export_folder(studio):
+def test_downloads_reach_no_server_file_by_its_path(studio):
     server, context = studio
     alice = logged_in(server, USERS[0])
-    inside = context.export_dir / "labels.jsonl"
-    assert alice.get(f"/gradio_api/file={inside}").status_code == 200
+    inside = context.export_dir / "labels.jsonl"  # the export folder itself is not served: downloads are handed out
     secret = context.export_dir.parent / "outside-the-export-folder.txt"
     secret.write_text(MARK)
-    for escape in (f"{context.export_dir}/../{secret.name}", f"{context.export_dir}/%2e%2e/{secret.name}",
+    for escape in (str(inside), f"{context.export_dir}/../{secret.name}", f"{context.export_dir}/%2e%2e/{secret.name}",
                    str(secret), "/etc/passwd"):
         response = alice.get(f"/gradio_api/file={escape}")
         assert response.status_code in (403, 404) and MARK not in response.text, escape
@@ -139,7 +148,7 @@ def test_import_names_cannot_leave_the_import_folder(tmp_path, name, says):
 def test_import_folder_names_resolve_inside_it_and_links_out_are_refused(tmp_path):
     (tmp_path / "saved").mkdir()
     assert dataset_source("saved", tmp_path) == str((tmp_path / "saved").resolve())
-    assert dataset_source("owner/name", tmp_path) == "owner/name"  # a Hub name
+    assert dataset_source("owner/name", tmp_path) == HubDataset("owner/name")  # a Hub name, never a local path
     os.symlink("/etc", tmp_path / "link")
     with pytest.raises(SourceError, match="leads outside the import folder"):
         dataset_source("link", tmp_path)
@@ -216,3 +225,312 @@ def test_secrets_never_reach_logs_exports_runs_or_the_page(tmp_path, vllm_server
     assert f"vLLM server at http://{host}" in page
     for secret in (SECRET_KEY, SECRET_TOKEN, SECRET_PASSWORD):
         assert secret not in page
+
+
+# Files only through an upload; projects only through their members ------------------------------------------
+
+def gradio_call(http: httpx.Client, api_name: str, *data) -> tuple[str, str]:
+    """Call a studio event the way any HTTP client can, with a body it chose: (event, its data)."""
+    started = http.post(f"/gradio_api/call/{api_name}", json={"data": list(data)})
+    if started.status_code != 200:
+        return "refused", f"{started.status_code} {started.text}"
+    answer = http.get(f"/gradio_api/call/{api_name}/{started.json()['event_id']}").text
+    event = answer.split("event: ", 1)[1].split("\n", 1)[0] if "event: " in answer else "none"
+    return event, html.unescape(answer)  # messages shown as HTML escape their quotes
+
+
+def a_server_file(path) -> dict:
+    return {"path": str(path), "meta": {"_type": "gradio.FileData"}}
+
+
+def test_import_takes_only_files_uploaded_through_the_page(studio, tmp_path):
+    server, _ = studio
+    alice = logged_in(server, USERS[0])
+    secret = tmp_path / "credentials.csv"
+    secret.write_text(f"text\n{MARK} password=hunter2\n")
+    upload_folder = Path(gradio.utils.get_upload_folder())
+    upload_folder.mkdir(parents=True, exist_ok=True)
+    link = upload_folder / f"link-{os.getpid()}.csv"  # a link inside the upload folder that leads out of it
+    link.unlink(missing_ok=True)
+    os.symlink(secret, link)
+    try:
+        for posed in (secret, link, "/etc/passwd", f"{upload_folder}/../{secret.name}"):
+            for api_name in ("import_preview", "import_items"):
+                data = [a_server_file(posed), ""] + (["text", "", []] if api_name == "import_items" else [])
+                event, said = gradio_call(alice, api_name, *data)
+                assert event in ("error", "refused") and MARK not in said and "hunter2" not in said, (posed, said)
+    finally:
+        link.unlink()
+    # a file the user does upload is read
+    columns = Client(server.url, auth=USERS[0], verbose=False).predict(handle_file(str(secret)), "",
+                                                                       api_name="/import_preview")
+    assert MARK in str(columns)
+
+
+def test_a_dataset_name_is_a_hub_name_or_a_folder_in_the_import_folder(tmp_path, monkeypatch):
+    from diffjev.io import HubDataset, peek
+
+    monkeypatch.chdir(tmp_path)  # the server's working folder holds files a name must never reach
+    (tmp_path / "secret.csv").write_text(f"text\n{MARK}\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "file.csv").write_text(f"text\n{MARK}\n")
+    (tmp_path / "owner" / "saved").mkdir(parents=True)
+    imports = tmp_path / "imports"
+    imports.mkdir()
+    for name in ("secret.csv", "sub/file.csv", "owner/saved"):
+        found = dataset_source(name, imports)
+        assert found == HubDataset(name)  # not a path on the server
+        with pytest.raises(SourceError) as refused:
+            peek(found)
+        assert MARK not in str(refused.value)
+
+
+def test_the_studio_reads_no_working_folder_file_named_as_a_dataset(studio, tmp_path, monkeypatch):
+    server, _ = studio
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "secret.csv").write_text(f"text\n{MARK}\n")
+    alice = logged_in(server, USERS[0])
+    for name in ("secret.csv", "./secret.csv"):
+        event, said = gradio_call(alice, "import_preview", None, name)
+        assert event == "error" and MARK not in said, said
+
+
+def test_exports_are_not_served_from_a_path_anyone_can_guess(studio):
+    server, context = studio
+    alice = logged_in(server, USERS[0])
+    event, said = gradio_call(alice, "export", "jsonl", False, "")
+    assert event == "complete", said
+    url = json.loads(said.split("data: ", 1)[1])[1]["value"]["url"]
+    assert alice.get(url).status_code == 200 and MARK in alice.get(url).text
+    assert re.search(r"/[0-9a-f]{64}/", url), url  # Gradio's download address: a keyed hash of the file
+    written = [p for p in context.export_dir.rglob("*.jsonl") if p.name != "labels.jsonl"]
+    assert written and all(len(p.parent.name) == 32 for p in written)  # one unguessable folder per export
+    for path in written:  # where the studio wrote it is never served
+        assert alice.get(f"/gradio_api/file={path}").status_code in (403, 404)
+        assert MARK not in alice.get(f"/gradio_api/file={path}").text
+    assert oct(context.export_dir.stat().st_mode & 0o777) == "0o700"
+
+
+@pytest.fixture(scope="module")
+def two_projects(tmp_path_factory, dgemma_engine):
+    """A studio on PROJECT, and in the same database another project with its own items, answers and run."""
+    folder = tmp_path_factory.mktemp("two-projects")
+    db = studio_db(folder / "two.db", [f"{MARK} {i}" for i in range(12)], dgemma_engine, name=PROJECT)
+    other = studio_db(folder / "two.db", [f"OTHER-PROJECT {i}" for i in range(6)], dgemma_engine, name="other")
+    with other.read() as session:
+        other_id = repo.get_project(session, "other").id
+        other_items = list(session.scalars(select(Item.id).where(Item.project_id == other_id)))
+        other_run = session.scalar(select(Run.id).where(Run.project_id == other_id))
+    server, context = serve_studio(db, dgemma_engine, name=PROJECT, auth=USERS)
+    with server:
+        yield server, db, other_id, other_items, other_run
+
+
+def test_another_projects_ids_are_not_found_at_any_endpoint(two_projects):
+    server, db, other_id, other_items, other_run = two_projects
+    alice = logged_in(server, USERS[0])
+
+    def other_project_log() -> int:
+        with db.read() as session:
+            return session.scalar(select(func.count()).select_from(Event).where(Event.project_id == other_id))
+
+    def other_answers() -> int:
+        with db.read() as session:
+            return session.scalar(select(func.count()).select_from(Response).where(
+                Response.item_id.in_(other_items)))
+
+    before = (other_project_log(), other_answers())
+    item = other_items[0]
+    event, said = gradio_call(alice, "review_change", item, "team", "billing")
+    assert f"no item {item} in this project" in said, said
+    event, said = gradio_call(alice, "review_change", 10**9, "team", "billing")
+    assert "no item 1000000000 in this project" in said and "IntegrityError" not in said, said
+    event, said = gradio_call(alice, "review_change", 1, "salary_band", "billing")
+    assert "no question 'salary_band' in this project" in said, said
+    event, said = gradio_call(alice, "calibrate", "team", other_run, 0.9)
+    assert event == "error" and f"no run {other_run} in this project" in said, said
+    event, said = gradio_call(alice, "keep_temperature", "team", other_run)
+    assert f"no run {other_run} in this project" in said, said
+    event, said = gradio_call(alice, "annotate_start", "salary_band", "Least confidence first")
+    assert event == "error" and "no question 'salary_band' in this project" in said, said
+    for queue in ("Double annotation (agreement share)", "Second opinion (model and first annotator disagree)",
+                  "Least confidence first", "Unlabeled, in order"):
+        event, said = gradio_call(alice, "annotate_start", "team", queue)
+        assert "OTHER-PROJECT" not in said, queue
+    assert (other_project_log(), other_answers()) == before
+
+
+def test_storage_never_joins_an_item_and_a_question_of_two_projects(two_projects):
+    _, db, other_id, other_items, _ = two_projects
+    with db.read() as session:
+        row = repo.version_schema(repo.latest_version(session, repo.get_project(session, PROJECT).id))[1]["team"]
+    with pytest.raises(repo.NotFound, match=f"no item {other_items[1]} in this project"):
+        db.write(lambda session: repo.respond(session, repo.ResponseInput(other_items[1], row, "alice", "billing",
+                                                                          "manual")))
+
+
+def test_a_removed_member_is_refused_at_the_next_request(tmp_path, dgemma_engine):
+    db = studio_db(tmp_path / "removed.db", [f"{MARK}: charged twice"], dgemma_engine, name="payroll")
+    server, _ = serve_studio(db, dgemma_engine, name="payroll", auth=USERS)
+    with server:
+        alice = logged_in(server, USERS[0])
+        event, said = gradio_call(alice, "annotate_start", "team", "Least confidence first")
+        assert event == "complete" and MARK in said
+        with db.session() as session:
+            repo.set_members(session, "payroll", ["bob"], "owner")
+        event, said = gradio_call(alice, "annotate_start", "team", "Least confidence first")
+        assert event == "refused" and "alice is not a member of project payroll" in said and MARK not in said
+        page = alice.get("/")
+        assert page.status_code == 403 and "not a member" in page.text and MARK not in page.text
+        assert alice.get("/config").status_code == 403
+        bob = logged_in(server, USERS[1])
+        assert gradio_call(bob, "annotate_start", "team", "Least confidence first")[0] == "complete"
+
+
+def test_the_jev_api_answers_only_members_of_some_project(tmp_path, dgemma_engine):
+    db = studio_db(tmp_path / "jev.db", ["one"], dgemma_engine, name="payroll")
+    with db.session() as session:
+        repo.set_members(session, "payroll", ["bob"], "owner")
+    server, _ = serve_studio(db, dgemma_engine, name="payroll", auth=USERS)
+    body = {"state": "The export is broken.", "questions": {"urgent": {"type": "yes_no", "instructions": "Urgent?"}}}
+    with server:
+        refused = httpx.post(f"{server.url}/v1/systemone", json=body, auth=USERS[0], timeout=60)
+        assert refused.status_code == 403 and "alice is not a member of any project" in refused.text
+        assert httpx.post(f"{server.url}/v1/systemone", json=body, auth=("alice", "wrong"), timeout=60).status_code == 401
+        assert httpx.post(f"{server.url}/v1/systemone", json=body, auth=USERS[1], timeout=60).status_code == 200
+
+
+def test_the_page_before_a_login_holds_none_of_the_projects_questions(tmp_path, dgemma_engine):
+    schema = {"questions": [{"id": "salary_band", "type": "choice", "instructions": "Which band?",
+                             "options": [{"name": "band_low"}, {"name": "band_high"}]}]}
+    db = Database(tmp_path / "questions.db")
+    with db.session() as session:
+        repo.create_project(session, "hr", Schema.from_dict(schema), "owner")
+    import_items(db, "hr", pd.DataFrame({"text": ["a review of pay"]}))
+    server, _ = serve_studio(db, dgemma_engine, name="hr", auth=USERS)
+    with server:
+        page = httpx.get(server.url + "/", timeout=30)
+        assert page.status_code == 200
+        for secret in ("salary_band", "band_low", "Which band?", "hr"):
+            assert f'"{secret}"' not in page.text and f"\\\"{secret}\\\"" not in page.text, secret
+        alice = Client(server.url, auth=USERS[0], verbose=False)  # after a login, the questions are there
+        shown = alice.predict("salary_band", "Unlabeled, in order", api_name="/annotate_start")
+        assert "Which band?" in str(shown)
+
+
+def hub_session_cookie(user: str, expires_in: float = 3600) -> str:
+    """The cookie Gradio's OAuth callback leaves after a Hugging Face sign-in, signed with the Space's key."""
+    from base64 import b64encode
+
+    from itsdangerous import TimestampSigner
+
+    from diffjev.ui.access import hub_session_secret
+
+    session = {"oauth_info": {"access_token": "hf_oauth_token", "expires_at": time.time() + expires_in,
+                              "userinfo": {"preferred_username": user, "name": user}}}
+    return TimestampSigner(hub_session_secret()).sign(b64encode(json.dumps(session).encode())).decode()
+
+
+@pytest.fixture
+def hub_space(monkeypatch):
+    """The settings a Space with `hf_oauth: true` runs with."""
+    from gradio import oauth
+
+    settings = {"OAUTH_CLIENT_ID": "client-id", "OAUTH_CLIENT_SECRET": "client-secret", "OAUTH_SCOPES": "openid profile",
+                "OPENID_PROVIDER_URL": "http://127.0.0.1:9"}
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+        monkeypatch.setattr(oauth, name, value)
+    monkeypatch.setenv("SYSTEM", "spaces")  # as on a Space: the real sign-in routes, not a local mock
+    monkeypatch.setenv("SPACE_ID", "team/studio")
+
+
+def test_hub_sign_in_is_required_everywhere_and_checked_against_members(tmp_path, dgemma_engine, hub_space):
+    db = studio_db(tmp_path / "hub.db", [f"{MARK}: charged twice"], dgemma_engine, name="payroll")
+    with db.session() as session:
+        repo.set_members(session, "payroll", ["carol"], "owner")
+    server, studio = serve_studio(db, dgemma_engine, name="payroll")
+    assert studio.hub_sign_in
+    with server:
+        anonymous = httpx.Client(base_url=server.url, timeout=30)
+        page = anonymous.get("/")
+        assert page.status_code == 401 and "/login/huggingface" in page.text and MARK not in page.text
+        for method, path in [("GET", "/config"), ("GET", "/gradio_api/info"), ("POST", "/v1/systemone"),
+                             ("POST", "/gradio_api/call/annotate_start"), ("POST", "/gradio_api/upload")]:
+            assert anonymous.request(method, path, json={"data": []}).status_code == 401, path
+        assert gradio_call(anonymous, "annotate_start", "team", "Least confidence first")[0] == "refused"
+        expired = httpx.Client(base_url=server.url, timeout=30, cookies={"session": hub_session_cookie("carol", -60)})
+        assert expired.get("/config").status_code == 401
+        forged = httpx.Client(base_url=server.url, timeout=30, cookies={"session": hub_session_cookie("carol")[:-4] + "AAAA"})
+        assert forged.get("/config").status_code == 401
+        dave = httpx.Client(base_url=server.url, timeout=30, cookies={"session": hub_session_cookie("dave")})
+        refused = dave.get("/")
+        assert refused.status_code == 403 and "dave" in refused.text and "not a member" in refused.text
+        assert MARK not in refused.text
+        carol = httpx.Client(base_url=server.url, timeout=30, cookies={"session": hub_session_cookie("carol")})
+        assert carol.get("/").status_code == 200
+        event, said = gradio_call(carol, "annotate_start", "team", "Least confidence first")
+        assert event == "complete" and MARK in said, said
+        assert gradio_call(carol, "review_change", 1, "team", "billing")[0] == "complete"
+    with db.read() as session:  # the answer carries the Hub username
+        assert session.scalars(select(Response.annotator)).all() == ["carol"]
+
+
+def test_an_open_space_says_who_may_annotate(tmp_path, dgemma_engine, hub_space):
+    from diffjev.ui.studio import members_note_text
+
+    db = studio_db(tmp_path / "open.db", ["one"], name="demo")
+    _, studio = serve_studio(db, dgemma_engine, name="demo")
+    assert "Any signed-in Hugging Face user may annotate" in members_note_text(studio)
+    assert "diffjev members --project demo" in members_note_text(studio)
+
+
+def test_the_studio_will_not_listen_beyond_localhost_without_a_login(tmp_path):
+    env = {**os.environ, "GRADIO_SERVER_NAME": "0.0.0.0", "DIFFJEV_DB": str(tmp_path / "x.db")}
+    for name in ("DIFFJEV_USERS", "OAUTH_CLIENT_ID", "DIFFJEV_ALLOW_ANONYMOUS"):
+        env.pop(name, None)
+    done = subprocess.run([sys.executable, "app.py"], cwd=Path(__file__).parent.parent, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0 and "refusing to listen on 0.0.0.0 with no login" in done.stderr, done.stderr[-2000:]
+    assert "DIFFJEV_ALLOW_ANONYMOUS=1" in done.stderr
+    assert not (tmp_path / "x.db").exists()  # refused before anything was created
+    from diffjev.ui.studio import listening_refusal
+
+    assert listening_refusal("127.0.0.1", None, False) is None
+    assert listening_refusal("0.0.0.0", [("a", "b")], False) is None
+    assert listening_refusal("0.0.0.0", None, True) is None
+
+
+def test_a_non_member_reaches_no_route_and_no_endpoint(tmp_path, dgemma_engine):
+    db = studio_db(tmp_path / "sweep.db", [f"{MARK}: charged twice"], dgemma_engine, name="payroll")
+    server, _ = serve_studio(db, dgemma_engine, name="payroll", auth=USERS)
+    with server:
+        alice = logged_in(server, USERS[0])
+        endpoints = sorted(alice.get("/gradio_api/info").json()["named_endpoints"])
+        assert len(endpoints) > 15 and "/review_change" in endpoints
+        with db.session() as session:  # alice stays logged in, but is no longer a member
+            repo.set_members(session, "payroll", ["bob"], "owner")
+        found = [(m, p) for m, p in routes(server.server.config.app.routes)
+                 if not p.startswith(OPEN_PREFIXES) and p not in OPEN and "{" not in p]
+        asked = [("POST", f"/gradio_api/call{name}") for name in endpoints] + \
+                [("POST", f"/gradio_api/run{name}") for name in endpoints] + found
+        answered = []
+        for method, path in asked:
+            response = alice.request(method, path, json={"data": [1, "team", "billing"]}, timeout=10)
+            assert MARK not in response.text, path
+            if response.status_code != 403:
+                answered.append(f"{method} {path}: {response.status_code}")
+        assert answered == [], "a non-member was answered: " + "; ".join(answered)
+
+
+def test_a_database_error_reaches_the_page_as_no_sql(tmp_path, dgemma_engine):
+    db = studio_db(tmp_path / "broken.db", [f"{MARK}: charged twice"], dgemma_engine, name="payroll")
+    server, _ = serve_studio(db, dgemma_engine, name="payroll", auth=USERS)
+    with server:
+        alice = logged_in(server, USERS[0])
+        with db.engine.begin() as conn:  # the database breaks under the running studio
+            conn.execute(text("DROP TABLE leases"))
+        event, said = gradio_call(alice, "annotate_start", "team", "Least confidence first")
+        assert event == "error"
+        for raw in ("leases", "SELECT", "DELETE", "INSERT", "sqlite3", "OperationalError", "Traceback"):
+            assert raw not in said, raw

@@ -95,7 +95,7 @@ def test_a_kept_temperature_shows_as_calibrated_confidence_on_the_card(tmp_path)
         item = session.scalar(select(Item.id).order_by(Item.id))
     before = annotation.load_card(db, project_id, item, question, rows["team"], runs[0], "ann")
     assert before.suggestion["calibrated"] is None
-    service.store_temperature(db, runs[0], rows["team"], 2.0, fitted_on=12, actor="reviewer")
+    service.store_temperature(db, project_id, runs[0], rows["team"], 2.0, fitted_on=12, actor="reviewer")
     after = annotation.load_card(db, project_id, item, question, rows["team"], runs[0], "ann")
     dist = after.suggestion["distribution"]
     expected_top = cal.scale([[dist["billing"], dist["technical"], dist["account"]]], 2.0)[0].max()
@@ -117,8 +117,9 @@ def test_a_new_run_of_the_same_engine_inherits_the_kept_temperature(tmp_path, dg
     import_items(db, "p", pd.DataFrame({"text": ["a", "b"]}))
     first = prelabel(db, "p", dgemma_engine).run_id
     with db.read() as session:
-        row = repo.version_schema(repo.latest_version(session, repo.get_project(session, "p").id))[1]["team"]
-    service.store_temperature(db, first, row, 1.7, fitted_on=30, actor="reviewer")
+        project_id = repo.get_project(session, "p").id
+        row = repo.version_schema(repo.latest_version(session, project_id))[1]["team"]
+    service.store_temperature(db, project_id, first, row, 1.7, fitted_on=30, actor="reviewer")
     second = start_run(db, "p", dgemma_engine, only_unlabeled=True)
     with db.read() as session:
         assert repo.kept_temperature(session, second, row) == pytest.approx(1.7)

@@ -1,5 +1,6 @@
-"""Many annotators at once against one studio and one SQLite file: 20 gradio_client annotators, each
-with its own login, 200 accept or correct actions each. The loop is bounded: it stops by itself."""
+"""Many annotators at once against one studio and one database (a SQLite file, and PostgreSQL): 20
+gradio_client annotators, each with its own login, 200 accept or correct actions each. The loop is
+bounded: it stops by itself."""
 
 import sys
 import time
@@ -18,10 +19,9 @@ ANNOTATORS, ACTIONS = 20, 200
 
 
 @pytest.mark.timeout(1200)
-def test_twenty_annotators_two_hundred_actions_each(tmp_path, dgemma_engine):
+def test_twenty_annotators_two_hundred_actions_each(db_url, dgemma_engine):
     items = ANNOTATORS * ACTIONS + 100
-    db = studio_db(tmp_path / "load.db", [f"Ticket {i}: the export stopped working" for i in range(items)],
-                   dgemma_engine)
+    db = studio_db(db_url, [f"Ticket {i}: the export stopped working" for i in range(items)], dgemma_engine)
     users = [(f"annotator{k}", f"secret-{k}") for k in range(ANNOTATORS)]
     server, _ = serve_studio(db, dgemma_engine, auth=users)
     started = time.monotonic()

@@ -120,6 +120,31 @@ def test_markup_in_an_item_is_shown_as_text_and_never_runs(browser, tmp_path, dg
         assert page.locator("#item img").count() == 0 and page.locator("#item b").count() == 0
 
 
+def test_instructions_load_no_remote_image(browser, tmp_path, dgemma_engine):
+    from test_engine_access import Recorder
+
+    with Recorder(body=b"GIF89a") as listener:
+        leaky = {"questions": [{"id": "urgent", "type": "yes_no", "instructions":
+                                f"Urgent? ![x]({listener.url}/leak.png) <img src=\"{listener.url}/raw.png\"> "
+                                f"**now**"}], "samples": 1}
+        db = studio_db(tmp_path / "leak.db", ["The site is down"], dgemma_engine, schema=leaky)
+        server, _ = serve_studio(db, dgemma_engine)
+        with server:
+            page = browser.new_page()
+            asked = []
+            page.on("request", lambda r: asked.append(r.url))
+            page.goto(server.url)
+            page.locator("#annotate-start").click()
+            page.wait_for_function("document.querySelector('#question-text').innerText.includes('Urgent?')")
+            page.wait_for_timeout(1000)
+            assert listener.requests == [] and not [u for u in asked if u.startswith(listener.url)]
+            shown = page.inner_text("#question-text")
+            assert "[image: x]" in shown and f'<img src="{listener.url}/raw.png">' in shown
+            assert page.locator("#question-text strong").inner_text() == "now"  # markdown still renders
+            assert page.locator("#question-text img").count() == 0
+        assert listener.requests == [] and not [u for u in asked if u.startswith(listener.url)]
+
+
 def test_review_tab_draws_the_reliability_diagram_and_the_comparison_table(browser, tmp_path, dgemma_engine):
     from test_calibration_service import seeded
 

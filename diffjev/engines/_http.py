@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from http import HTTPStatus
 from typing import Any
 
 import httpx
@@ -59,8 +60,7 @@ def post_json(client: httpx.Client, where: str, body: dict[str, Any], server: st
     try:
         return orjson.loads(response.content)
     except ValueError:
-        raise EngineError(f"the {server} at {shown} answered with malformed JSON: "
-                          f"{response.text[:200]!r}") from None
+        raise EngineError(f"the {server} at {shown} answered with malformed JSON") from None
 
 
 def _post(client: httpx.Client, where: str, body: dict[str, Any], shown: str, server: str) -> httpx.Response:
@@ -76,12 +76,17 @@ def _post(client: httpx.Client, where: str, body: dict[str, Any], shown: str, se
         detail = str(exc).replace(where, shown) or type(exc).__name__  # never the password in a URL
         raise EngineError(f"request to the {server} at {shown} failed: {detail}") from None
     if response.status_code != 200:
-        raise EngineError(f"the {server} at {shown} answered {response.status_code}: {_error_message(response)}")
+        raise EngineError(f"the {server} at {shown} answered {status_description(response.status_code)}")
     return response
 
 
-def _error_message(response: httpx.Response) -> str:
+def status_description(status: int) -> str:
+    """The status code and a fixed description of it, never the answer's body nor its reason phrase:
+    both are the server's words, and a URL pointed at an internal service would show its secrets."""
     try:
-        return str(response.json()["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        return response.text[:200] or response.reason_phrase
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "an unknown status"
+    hint = {401: "; check the API key (DIFFJEV_VLLM_API_KEY)", 403: "; check the API key (DIFFJEV_VLLM_API_KEY)",
+            404: "; check the URL and the model name"}.get(status, "; the server's own log says why")
+    return f"{status} ({phrase}){hint}"

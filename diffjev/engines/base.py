@@ -8,6 +8,7 @@ deciding live here once.
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 from abc import ABC, abstractmethod
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,10 +29,42 @@ class EngineError(RuntimeError):
 
 def shown_url(url: str) -> str:
     """A server URL fit for a page, a log or a stored run: without any user and password in it."""
+    try:
+        parts = urlsplit(url)
+        if parts.username is None and parts.password is None:
+            return url
+        return urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
+    except (ValueError, TypeError):  # a malformed URL: drop whatever stands before an '@' all the same
+        return re.sub(r"//[^/]*@", "//", str(url))
+
+
+def server_url(url: str) -> str:
+    """`url` as the base of a model server's endpoints, or EngineError saying what is wrong with it.
+
+    The engines append their fixed paths (/v1/chat/completions, /v1/systemone) to this base, so a query
+    or a fragment would turn that path into something else (`http://host/secret?x=` asks for
+    `/secret?x=/v1/...`): for any caller, such a URL is refused, never sent.
+    """
+    if not isinstance(url, str) or not url:
+        raise EngineError("the server URL is empty; give it as http://host:port")
+    base = url.split("?", 1)[0].split("#", 1)[0]
+    shown = shown_url(base)
+    if "?" in url or "#" in url:
+        raise EngineError(f"the server URL {shown} has a query or a fragment ('?' or '#'); give the server's "
+                          "base URL alone, as http://host:port")
+    if any(c.isspace() or not c.isprintable() or c == "\\" for c in url):
+        raise EngineError(f"the server URL {shown!r} holds spaces, control characters or backslashes; "
+                          "give it as http://host:port")
     parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
+    if parts.scheme not in ("http", "https"):
+        raise EngineError(f"the server URL {shown} must start with http:// or https://")
+    if parts.netloc.count("@") > 1 or not parts.hostname or "%" in parts.hostname:
+        raise EngineError(f"the server URL {shown} names no host clearly; give it as http://host:port")
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number in range
+    except ValueError:
+        raise EngineError(f"the server URL {shown} has a port that is not a number from 1 to 65535") from None
+    return url.rstrip("/")
 
 
 class Engine(ABC):

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Iterator
 from diffjev.canvas import render_state
 from diffjev.decide import Decision, SlotDistribution, aggregate
 from diffjev.engines._http import HTTPClients, post_json
-from diffjev.engines.base import DEFAULT_SEED, Engine, EngineError, shown_url
+from diffjev.engines.base import DEFAULT_SEED, Engine, EngineError, server_url, shown_url
 from diffjev.jev import check_upstream_limits
 from diffjev.schema import Question, Schema, SchemaError
 
@@ -36,7 +36,7 @@ class JevAPIEngine(Engine):
 
     def __init__(self, url: str, model: str | None = None, *, max_in_flight: int = 16, timeout: float = 60.0,
                  connect_timeout: float = 5.0, api_key: str | None = None):
-        self.url = url.rstrip("/")
+        self.url = server_url(url)  # no query or fragment: it would change the path the read goes to
         self.endpoint = f"{self.url}/v1/systemone"
         self.model_name = model or ""
         self._clients = HTTPClients(timeout, connect_timeout, api_key)
@@ -71,14 +71,14 @@ class JevAPIEngine(Engine):
         where = self.endpoint
         started = time.perf_counter()
         data = post_json(self._clients.get(), where, self.request_body(schema, state), "Jev API")
-        try:
-            answers = {}
-            for q in schema.questions:
+        answers = {}
+        for q in schema.questions:
+            try:
                 dist = _distribution(q, data["answers"][q.id], (data.get("diagnostics") or {}).get(q.id) or {})
-                answers[q.id] = aggregate(q, [dist])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise EngineError(f"the answer from the Jev API at {shown_url(where)} is not a structured decision "
-                              f"({exc!r}): {str(data)[:200]}") from None
+            except (ValueError, KeyError, TypeError, AttributeError):  # never quote the answer: it may be anyone's
+                raise EngineError(f"the answer from the Jev API at {shown_url(where)} is not a structured decision: "
+                                  f"no usable answers.{q.id}.probabilities over the question's answers") from None
+            answers[q.id] = aggregate(q, [dist])
         diagnostics = {
             "engine": self.name, "model": data.get("model") or self.model_name, "endpoint": shown_url(where),
             "prompt_ids": None, "canvas_ids": None, "slots": None, "label_ids": None, "draws": 1,

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from diffjev.canvas import Canvas, CanvasBuilder, DEFAULT_MAX_WIDTH, ModelFormat
 from diffjev.decide import SlotRead
 from diffjev.engines._http import HTTPClients, post_json
-from diffjev.engines.base import CanvasEngine, EngineError, shown_url
+from diffjev.engines.base import CanvasEngine, EngineError, server_url, shown_url
 from diffjev.models import load_tokenizer
 
 TOP_LOGPROBS = 20
@@ -47,7 +47,7 @@ class VLLMServerEngine(CanvasEngine):
                  max_in_flight: int = 32, timeout: float = 60.0, connect_timeout: float = 5.0,
                  api_key: str | None = None, vocab_size: int | None = None,
                  chat_template_kwargs: dict[str, Any] | None = None):
-        self.url = url.rstrip("/")
+        self.url = server_url(url)  # no query or fragment: it would change the path the read goes to
         self.endpoint = f"{self.url}/v1/chat/completions"
         self.model_name = model
         self.tokenizer = load_tokenizer(model if tokenizer is None else tokenizer)
@@ -90,11 +90,10 @@ class VLLMServerEngine(CanvasEngine):
         data = post_json(self._clients.get(), self.endpoint, self.request_body(canvas), "vLLM server")
         try:
             return parse_chat_logprobs(data, canvas)
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
+        except (KeyError, IndexError, TypeError, ValueError):  # the exception would quote the answer: not shown
             raise EngineError(
                 f"the answer from {shown_url(self.endpoint)} has no usable choices[0].logprobs.content at the "
-                f"slots ({exc!r}); "
-                f"the server must be a vLLM build with structured reads") from None
+                f"slots; the server must be a vLLM build with structured reads") from None
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

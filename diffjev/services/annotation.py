@@ -66,18 +66,28 @@ def project_schema(db: Database, project_name: str) -> tuple[int, Schema, dict[s
         return project.id, schema, rows, run.id if run else None
 
 
+def project_question(schema: Schema, key: str) -> Question:
+    """A question of the project's schema by id; any other id is not found, with the ids there are."""
+    try:
+        return schema.question(key)
+    except KeyError:
+        raise repo.NotFound(f"no question {key!r} in this project; its questions: "
+                            f"{', '.join(q.id for q in schema.questions)}") from None
+
+
 def next_card(db: Database, project_name: str, question_key: str, strategy: str, annotator: str,
               skip_item: int | None = None) -> Card | None:
     """Lease and return the next item for this annotator, or None when the queue is empty."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown queue {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     project_id, schema, rows, run_id = project_schema(db, project_name)
-    question = schema.question(question_key)
+    question = project_question(schema, question_key)
     row = rows[question_key]
+    claimed_by_others: list[int] = []  # picked, but another annotator's claim on it won
 
     def pick(session) -> int | None:
         now = utcnow()
-        exclude = repo.leased_by_others(session, row, annotator, now)
+        exclude = repo.leased_by_others(session, row, annotator, now) + claimed_by_others
         if skip_item is not None:
             exclude.append(skip_item)
         if run_id is None:
@@ -94,17 +104,25 @@ def next_card(db: Database, project_name: str, question_key: str, strategy: str,
         elif strategy == "second_opinion":
             item_id = repo.next_human_disagreement(session, run_id, row, annotator, exclude)
         elif strategy == "overlap":
-            item_id = repo.next_overlap(session, row, annotator, overlap_percent(), exclude)
+            item_id = repo.next_overlap(session, project_id, row, annotator, overlap_percent(), exclude)
         elif strategy == "changed":
-            since = repo.get_run(session, run_id).started_at
+            since = repo.get_run(session, run_id, project_id).started_at
             item_id = repo.next_changed_since_seen(session, run_id, row, since, exclude)
         else:
             item_id = repo.next_in_queue(session, run_id, row, strategy, exclude)
-        if item_id is not None:
-            repo.take_lease(session, item_id, row, annotator, now + LEASE)
         return item_id
 
-    item_id = db.write(pick)
+    def claim(session) -> int | None:
+        # On PostgreSQL another annotator can claim (and even answer) the picked item between the pick
+        # and the lease; the lease refuses then, and the queue is asked again without that item.
+        while True:
+            picked_at = utcnow()
+            item_id = pick(session)
+            if item_id is None or repo.take_lease(session, item_id, row, annotator, utcnow() + LEASE, picked_at):
+                return item_id
+            claimed_by_others.append(item_id)
+
+    item_id = db.write(claim)
     if item_id is None:
         return None
     return load_card(db, project_id, item_id, question, row, run_id, annotator, blind=strategy == "blind")
@@ -135,7 +153,7 @@ def _diverse_pick(session, run_id: int, row: int, annotator: str, exclude: list[
 def load_card(db: Database, project_id: int, item_id: int, question: Question, row: int, run_id: int | None,
               annotator: str, blind: bool = False) -> Card:
     with db.read() as session:
-        item = session.get(Item, item_id)
+        item = repo.project_item(session, project_id, item_id)
         suggestion = None
         if run_id is not None and not blind:
             s = session.scalar(select(Suggestion).where(Suggestion.run_id == run_id, Suggestion.item_id == item_id,

@@ -17,7 +17,7 @@ import orjson
 from sqlalchemy import Text, cast, func, select
 
 from diffjev import calibration as cal
-from diffjev.services.annotation import project_schema
+from diffjev.services.annotation import project_question, project_schema
 from diffjev.storage import repo
 from diffjev.storage.db import Database
 from diffjev.storage.models import ItemRead, Response, Run, Suggestion
@@ -77,8 +77,10 @@ def calibrate(db: Database, project_name: str, run_id: int, question_key: str, f
               full: bool = True) -> QuestionCalibration | None:
     """The run's calibration on one question, or None before any item has a human answer. With
     `full=False`, only the headline numbers (no curve, no temperature), for the comparison table."""
-    _, schema, rows, _ = project_schema(db, project_name)
-    question = schema.question(question_key)
+    project_id, schema, rows, _ = project_schema(db, project_name)
+    question = project_question(schema, question_key)
+    with db.read() as session:
+        repo.get_run(session, run_id, project_id)  # another project's run is not found
     pairs = _pairs(db, run_id, rows[question_key])
     blind = [p for p in pairs if p[2]]
     used, pairs = ("blind", blind) if len(blind) >= MIN_BLIND else ("all", pairs)
@@ -131,10 +133,10 @@ def compare_runs(db: Database, project_name: str) -> list[dict[str, Any]]:
     return table
 
 
-def store_temperature(db: Database, run_id: int, question_row: int, temperature: float, fitted_on: int,
-                      actor: str) -> None:
-    """Attach a fitted temperature to a run, in the audit log, so later screens can show it."""
+def store_temperature(db: Database, project_id: int, run_id: int, question_row: int, temperature: float,
+                      fitted_on: int, actor: str) -> None:
+    """Attach a fitted temperature to one of the project's runs, in the audit log, so later screens can show it."""
     with db.session() as session:
-        run = repo.get_run(session, run_id)
+        run = repo.get_run(session, run_id, project_id)
         repo.log(session, actor, "calibration.fitted", run.project_id, question_id=question_row, run_id=run_id,
                  temperature=temperature, fitted_on=fitted_on)

@@ -58,9 +58,7 @@ def export_project(db: Database, project_name: str, target: str | os.PathLike, f
         project = repo.get_project(session, project_name)
         version = repo.latest_version(session, project.id)
         schema, question_rows = repo.version_schema(version)
-        run = repo.get_run(session, run_id) if run_id is not None else repo.latest_run(session, project.id)
-        if run is not None and run.project_id != project.id:
-            raise repo.NotFound(f"run {run_id} belongs to another project")
+        run = repo.get_run(session, run_id, project.id) if run_id is not None else repo.latest_run(session, project.id)
         run_info = (run.id, run.engine, run.model_name) if run else (None, None, None)
         project_id = project.id
     keys = [q.id for q in schema.questions]

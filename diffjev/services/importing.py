@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
 
-from diffjev.io import Limits, Rejected, Row, SourceError, read_rows
+from diffjev.io import HubDataset, Limits, Rejected, Row, SourceError, read_rows
 from diffjev.storage import repo
 from diffjev.storage.db import Database
 
@@ -44,7 +44,7 @@ class ImportReport:
         return "\n".join(lines)
 
 
-def dataset_source(name: str, folder: Path) -> str:
+def dataset_source(name: str, folder: Path) -> str | HubDataset:
     """What a studio user may import by name: a saved dataset folder inside `folder`, or a Hugging Face
     Hub dataset name. A name that reaches outside `folder` (absolute, `..`, a link out) is refused, so a
     user of the studio cannot read the server's other files."""
@@ -57,10 +57,10 @@ def dataset_source(name: str, folder: Path) -> str:
     local = (root / where).resolve()
     if not local.is_relative_to(root):
         raise SourceError(f"dataset {name!r} leads outside the import folder {folder}; move the dataset under it")
-    if local.exists():
+    if local.is_dir():
         return str(local)
     if HUB_DATASET.fullmatch(name):
-        return name
+        return HubDataset(name)  # fetched from the Hub only, never looked up on the server's disk
     raise SourceError(f"dataset {name!r} is neither a folder under the import folder {folder} nor a Hub dataset "
                       f"name (owner/name)")
 

@@ -97,9 +97,7 @@ def prelabel(db: Database, project_name: str, engine: Engine, *, run_id: int | N
         run_id = start_run(db, project_name, engine, only_unlabeled=only_unlabeled, seed=seed, actor=actor)
     with db.session() as session:
         project = repo.get_project(session, project_name)
-        run = repo.get_run(session, run_id)
-        if run.project_id != project.id:
-            raise repo.NotFound(f"run {run_id} belongs to another project")
+        run = repo.get_run(session, run_id, project.id)
         if (run.engine, run.model_name) != (engine.name, engine.model_name):
             raise repo.Conflict(f"run {run_id} was made with {run.engine} {run.model_name}; resume it with that "
                                 f"engine and model, or start a new run")

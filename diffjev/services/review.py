@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from diffjev.services.annotation import project_schema
+from diffjev.services.annotation import project_question, project_schema
 from diffjev.storage import repo
 from diffjev.storage.db import Database
 from diffjev.storage.models import Item, Response, Suggestion
@@ -97,12 +97,16 @@ def agreement(db: Database, project_name: str) -> tuple[list[dict[str, Any]], li
 
 def reopen(db: Database, project_name: str, item_id: int, question_key: str, value: str, reviewer: str) -> None:
     """Change an item's answer from the review screen; recorded as the reviewer's answer and an event."""
-    _, schema, rows, _ = project_schema(db, project_name)
-    question = schema.question(question_key)
+    project_id, schema, rows, _ = project_schema(db, project_name)
+    question = project_question(schema, question_key)
     if value not in question.names:
         raise ValueError(f"{value!r} is not an answer to {question_key}; answers: {', '.join(question.names)}")
-    db.write(lambda session: repo.respond(session, repo.ResponseInput(item_id, rows[question_key], reviewer, value,
-                                                                      "manual")))
+
+    def work(session) -> None:
+        repo.project_item(session, project_id, item_id)  # another project's item is not found
+        repo.respond(session, repo.ResponseInput(item_id, rows[question_key], reviewer, value, "manual"))
+
+    db.write(work)
 
 
 def _row(p: Any, key_of: dict[int, str]) -> dict[str, Any]:

@@ -16,11 +16,14 @@ from typing import Callable, Iterator, TypeVar
 import orjson
 from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 BUSY_TIMEOUT_MS = 30_000
+# PostgreSQL's codes for a transaction that lost a race to a concurrent one and would succeed if run
+# again: a unique key taken meanwhile, a serialization failure, a deadlock.
+RACE_SQLSTATES = {"23505", "40001", "40P01"}
 T = TypeVar("T")
 
 
@@ -116,17 +119,25 @@ class Database:
             yield session
 
     def write(self, work: Callable[[Session], T], attempts: int = 5) -> T:
-        """Run `work` in one transaction, and again (with backoff) if the database stayed locked past
-        the busy timeout, so a caller never sees a transient lock."""
+        """Run `work` in one transaction, and again (with backoff) if it lost a race to another writer:
+        SQLite stayed locked past the busy timeout, or PostgreSQL refused it for a concurrent
+        transaction's sake. A caller never sees a transient conflict; a lasting one is raised."""
         for attempt in range(attempts):
             try:
                 with self.session() as session:
                     return work(session)
-            except OperationalError as exc:
-                if "locked" not in str(exc) or attempt == attempts - 1:
+            except (OperationalError, IntegrityError) as exc:
+                if not lost_a_race(exc) or attempt == attempts - 1:
                     raise
                 time.sleep(0.05 * 2 ** attempt)
         raise AssertionError("unreachable")
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def lost_a_race(exc: DBAPIError) -> bool:
+    """Whether running the transaction again may succeed: SQLite's lock, or PostgreSQL's race codes."""
+    if isinstance(exc, OperationalError) and "locked" in str(exc):
+        return True
+    return getattr(exc.orig, "sqlstate", None) in RACE_SQLSTATES

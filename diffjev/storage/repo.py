@@ -6,6 +6,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Iterable, Sequence
 
 from sqlalchemy import Text, and_, cast, delete, func, insert, select, update
@@ -88,8 +89,14 @@ def set_members(session: Session, project_name: str, members: Sequence[str] | No
 
 
 def is_member(session: Session, project_name: str, user: str) -> bool:
-    members = session.scalar(select(Project.members).where(Project.name == project_name))
-    return members is None or user in members
+    """Whether the user may use the project: it is open to every user, or names them. No such project: no."""
+    found = session.execute(select(Project.members).where(Project.name == project_name)).first()
+    return found is not None and (found.members is None or user in found.members)
+
+
+def member_of_any(session: Session, user: str) -> bool:
+    """Whether the user may use at least one project (an open one, or one that names them)."""
+    return any(members is None or user in members for members in session.scalars(select(Project.members)))
 
 
 def save_schema(session: Session, project: Project, schema: Schema, actor: str) -> SchemaVersion:
@@ -168,11 +175,20 @@ def create_run(session: Session, project_id: int, version: SchemaVersion, engine
     return run
 
 
-def get_run(session: Session, run_id: int) -> Run:
+def get_run(session: Session, run_id: int, project_id: int | None = None) -> Run:
+    """A run by id; with `project_id`, only a run of that project (another project's run is not found)."""
     run = session.get(Run, run_id)
-    if run is None:
-        raise NotFound(f"no run with id {run_id}")
+    if run is None or (project_id is not None and run.project_id != project_id):
+        raise NotFound(f"no run {run_id} in this project" if project_id is not None else f"no run with id {run_id}")
     return run
+
+
+def project_item(session: Session, project_id: int, item_id: int) -> Item:
+    """An item looked up through its project: another project's id is simply not found."""
+    item = session.get(Item, item_id)
+    if item is None or item.project_id != project_id:
+        raise NotFound(f"no item {item_id} in this project")
+    return item
 
 
 def latest_run(session: Session, project_id: int, unfinished_only: bool = False) -> Run | None:
@@ -335,7 +351,7 @@ def next_human_disagreement(session: Session, run_id: int, question_id: int, ann
     return session.scalar(query.order_by(Suggestion.item_id).limit(1))
 
 
-def next_overlap(session: Session, question_id: int, annotator: str, share_percent: int,
+def next_overlap(session: Session, project_id: int, question_id: int, annotator: str, share_percent: int,
                  exclude: Iterable[int]) -> int | None:
     """An item in the double-annotation share (a fixed hash of its id below the share) that exactly one
     other annotator has answered and this one has not: the second answer for agreement."""
@@ -343,7 +359,8 @@ def next_overlap(session: Session, question_id: int, annotator: str, share_perce
     mine = select(own.id).where(own.item_id == Response.item_id, own.question_id == question_id,
                                 own.annotator == annotator)
     query = (select(Response.item_id)
-             .where(Response.question_id == question_id, Response.status == "submitted",
+             .join(Item, Item.id == Response.item_id)
+             .where(Item.project_id == project_id, Response.question_id == question_id, Response.status == "submitted",
                     Response.annotator != annotator, (Response.item_id * 7919) % 100 < share_percent, ~mine.exists())
              .group_by(Response.item_id).having(func.count() == 1))
     exclude = list(exclude)
@@ -411,23 +428,56 @@ def inherit_temperatures(session: Session, run: Run, actor: str) -> None:
 
 
 # Leases -----------------------------------------------------------------------------------------------
+#
+# A lease row stays behind when its item is answered or given up, expiring at that moment: a pick that
+# began before then may have read the item as open and unleased, and the row tells its claim that the
+# item changed hands meanwhile. A holder's rows older than TOMBSTONE_AGE are dropped at its next claim.
+
+TOMBSTONE_AGE = timedelta(minutes=1)
+
 
 def leased_by_others(session: Session, question_id: int, annotator: str, now) -> list[int]:
     return list(session.scalars(select(Lease.item_id).where(Lease.question_id == question_id,
                                                             Lease.annotator != annotator, Lease.expires_at > now)))
 
 
-def take_lease(session: Session, item_id: int, question_id: int, annotator: str, until) -> None:
-    """Hold an item for one annotator, replacing this annotator's other lease on the question."""
-    session.execute(delete(Lease).where(Lease.question_id == question_id,
-                                        (Lease.annotator == annotator) | (Lease.item_id == item_id)))
-    session.execute(insert(Lease).values(item_id=item_id, question_id=question_id, annotator=annotator,
-                                         expires_at=until))
+def take_lease(session: Session, item_id: int, question_id: int, annotator: str, until, picked_at) -> bool:
+    """Hold an item for one annotator until `until`, giving up their other lease on the question; True
+    when held. `picked_at` is when the pick that chose the item began: the claim fails if another
+    annotator holds the item, or held it at any time since then (they may have answered it since).
+
+    The claim is one statement that inserts the lease or takes over a stale one, so of two annotators
+    claiming one item at once exactly one wins, on PostgreSQL as on SQLite, and nobody's live lease is
+    ever removed."""
+    now = utcnow()
+    mine = (Lease.question_id == question_id) & (Lease.annotator == annotator) & (Lease.item_id != item_id)
+    session.execute(delete(Lease).where(mine, Lease.expires_at < now - TOMBSTONE_AGE))
+    session.execute(update(Lease).where(mine, Lease.expires_at > now).values(expires_at=now))
+    claim = _dialect_insert(session)(Lease).values(item_id=item_id, question_id=question_id, annotator=annotator,
+                                                   expires_at=until)
+    claim = claim.on_conflict_do_update(
+        index_elements=[Lease.item_id, Lease.question_id], set_={"annotator": annotator, "expires_at": until},
+        where=(Lease.annotator == annotator) | (Lease.expires_at <= picked_at))
+    return session.scalar(claim.returning(Lease.id)) is not None
+
+
+def _dialect_insert(session: Session):
+    """The INSERT with ON CONFLICT of the session's database: both dialects spell it the same way."""
+    backend = session.get_bind().dialect.name
+    if backend == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+    elif backend == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as dialect_insert
+    else:
+        raise NotImplementedError(f"leases need SQLite or PostgreSQL, not {backend}; set DIFFJEV_DB to one of them")
+    return dialect_insert
 
 
 def release_lease(session: Session, item_id: int, question_id: int, annotator: str) -> None:
-    session.execute(delete(Lease).where(Lease.item_id == item_id, Lease.question_id == question_id,
-                                        Lease.annotator == annotator))
+    """End the annotator's lease on an item now (see the section's note on why the row stays)."""
+    now = utcnow()
+    session.execute(update(Lease).where(Lease.item_id == item_id, Lease.question_id == question_id,
+                                        Lease.annotator == annotator, Lease.expires_at > now).values(expires_at=now))
 
 
 # Responses --------------------------------------------------------------------------------------------
@@ -469,6 +519,12 @@ def respond(session: Session, r: ResponseInput, expected_revision: int | None = 
     a stale write never overwrites a newer one (StaleWrite is raised instead)."""
     if r.source not in SOURCES or r.status not in STATUSES:
         raise ValueError(f"source must be one of {SOURCES} and status one of {STATUSES}")
+    # An answer joins an item and a question of one project: an id from another project is not found,
+    # so no answer (and no event) ever lands across projects.
+    project_id = session.scalar(select(Item.project_id).where(Item.id == r.item_id))
+    if project_id is None or project_id != session.scalar(select(Question.project_id)
+                                                          .where(Question.id == r.question_id)):
+        raise NotFound(f"no item {r.item_id} in this project")
     row = session.scalar(select(Response).where(Response.item_id == r.item_id, Response.question_id == r.question_id,
                                                 Response.annotator == r.annotator))
     before = None
@@ -485,7 +541,6 @@ def respond(session: Session, r: ResponseInput, expected_revision: int | None = 
     row.suggestion_id, row.suggestion_shown, row.seconds = r.suggestion_id, r.suggestion_shown, r.seconds
     row.updated_at = utcnow()
     session.flush()
-    project_id = session.scalar(select(Item.project_id).where(Item.id == r.item_id))
     log(session, r.annotator, f"response.{r.status}", project_id, r.item_id, r.question_id, response_id=row.id,
         value=r.value, source=r.source, before=before, revision=row.revision)
     refresh_open(session, r.item_id, r.question_id)

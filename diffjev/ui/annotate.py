@@ -8,8 +8,11 @@ import time
 from typing import Any
 
 import gradio as gr
+from markdown_it import MarkdownIt
+from markdown_it.common.utils import escapeHtml
 
 from diffjev.services import annotation
+from diffjev.storage import repo
 from diffjev.ui.context import Studio
 
 MAX_KEYS = 9
@@ -43,6 +46,22 @@ document.addEventListener("keydown", (e) => {
 """
 
 
+def _image_as_text(self, tokens, idx, options, env) -> str:
+    return escapeHtml(f"[image: {tokens[idx].content}]")
+
+
+# Instructions are written by whoever edits the schema and shown in every annotator's browser. Markdown
+# keeps its emphasis, lists and links, but raw HTML is escaped and an image becomes its alt text: an
+# image, `![x](http://...)` or `<img src=...>`, would make each annotator's browser fetch a remote address.
+_INSTRUCTIONS = MarkdownIt("commonmark", {"html": False})
+_INSTRUCTIONS.add_render_rule("image", _image_as_text)
+
+
+def instructions_html(text: str) -> str:
+    """A question's instructions as HTML that loads nothing: no image, no raw markup, no script."""
+    return f"<div class='dj-question' style='font-weight: 600'>{_INSTRUCTIONS.render(text)}</div>"
+
+
 def item_html(card: annotation.Card) -> str:
     """The item as text: every character escaped, so markup in an item is shown, never run."""
     fields = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
@@ -54,10 +73,10 @@ def item_html(card: annotation.Card) -> str:
 
 
 def build(studio: Studio) -> None:
-    _, schema, _, _ = studio.schema()
-    keys = [q.id for q in schema.questions]
     with gr.Row():
-        question = gr.Dropdown(keys, value=keys[0], label="Question", elem_id="annotate-question")
+        # Filled when the page loads, so the page and API description served before a login hold none of the
+        # project's question ids; any value is checked against the project's schema by the service.
+        question = gr.Dropdown([], label="Question", allow_custom_value=True, elem_id="annotate-question")
         queue = gr.Dropdown(list(QUEUES), value="Least confidence first", label="Queue", elem_id="annotate-queue")
         start = gr.Button("Start", elem_id="annotate-start")
     gr.Markdown(HELP, elem_id="keys-help")
@@ -66,7 +85,7 @@ def build(studio: Studio) -> None:
         with gr.Column(scale=3):
             item = gr.HTML(elem_id="item")
         with gr.Column(scale=2):
-            prompt = gr.Markdown(elem_id="question-text")
+            prompt = gr.HTML(elem_id="question-text")  # instructions_html: Markdown would load images
             distribution = gr.Label(label="Model's distribution", elem_id="distribution")
             info = gr.Markdown(elem_id="suggestion-info")
     with gr.Row():
@@ -103,7 +122,7 @@ def build(studio: Studio) -> None:
                                   value=f"{i + 1} {card.question.names[i]}" if i < len(card.question.names) else "")
                         for i in range(MAX_KEYS)]
         session = {"card": card, "shown_at": time.monotonic(), "strategy": strategy}
-        return (session, line, item_html(card), f"**{html.escape(card.question.instructions)}**", label, text,
+        return (session, line, item_html(card), instructions_html(card.question.instructions), label, text,
                 gr.update(interactive=s is not None), *pick_updates,
                 gr.update(choices=list(card.question.names), value=None))
 
@@ -111,7 +130,7 @@ def build(studio: Studio) -> None:
         strategy = QUEUES[queue_name]
         try:
             card = annotation.next_card(studio.db, studio.project, key, strategy, studio.annotator(request))
-        except ValueError as exc:  # a setting a person can fix, such as DIFFJEV_OVERLAP
+        except (ValueError, repo.NotFound) as exc:  # a setting a person can fix (DIFFJEV_OVERLAP), a wrong id
             raise gr.Error(str(exc)) from None
         return show(card, strategy)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -14,8 +15,10 @@ import gradio as gr
 
 from diffjev.engines.auto import ChosenEngine
 from diffjev.schema import Schema
+from diffjev.services.engine_access import configured_engine_urls, default_model_dir
 from diffjev.services.annotation import project_schema
 from diffjev.storage.db import Database
+from diffjev.ui.access import hub_sign_in_configured
 
 LOCAL_ANNOTATOR = "local"
 
@@ -25,11 +28,18 @@ class Studio:
     db: Database
     chosen: ChosenEngine
     project: str
+    # Exports are written here (a folder only this process's user can open) and handed to the browser as
+    # Gradio downloads, at an unguessable address; the folder itself is never served.
     export_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="diffjev-exports-")))
     # Saved datasets a user may import by folder name; nothing outside it ($DIFFJEV_IMPORT_DIR).
     import_dir: Path = field(default_factory=lambda: Path(os.environ.get("DIFFJEV_IMPORT_DIR", "imports")))
     # The largest upload the studio accepts ($DIFFJEV_MAX_UPLOAD, Gradio's size syntax: "200mb", "1gb").
     max_upload: str = field(default_factory=lambda: os.environ.get("DIFFJEV_MAX_UPLOAD", "200mb"))
+    hub_sign_in: bool = field(default_factory=hub_sign_in_configured)
+    # Engine servers a user may name in the Pre-label tab, besides $DIFFJEV_VLLM_URL ($DIFFJEV_ENGINE_URLS).
+    engine_urls: tuple[str, ...] = field(default_factory=configured_engine_urls)
+    # Model folders a user may name in the Pre-label tab; nothing outside it ($DIFFJEV_MODEL_DIR).
+    model_dir: Path = field(default_factory=default_model_dir)
     cancels: dict[str, threading.Event] = field(default_factory=dict)
     # (handler, inputs, outputs) that fill a tab when the page loads
     on_load: list[tuple[Any, list, list]] = field(default_factory=list)
@@ -39,16 +49,14 @@ class Studio:
 
     @staticmethod
     def annotator(request: gr.Request | None) -> str:
-        """The logged-in user (Gradio login or Hugging Face OAuth), else the one local annotator."""
-        if request is None:
-            return LOCAL_ANNOTATOR
-        if getattr(request, "username", None):
-            return request.username
-        try:  # a Space with `hf_oauth: true` keeps the signed-in user in the session
-            info = request.session.get("oauth_info") or {}
-            return info.get("userinfo", {}).get("preferred_username") or LOCAL_ANNOTATOR
-        except (AttributeError, AssertionError, KeyError):  # no session middleware: no OAuth here
-            return LOCAL_ANNOTATOR
+        """The signed-in user (a password login or a Hugging Face sign-in), else the one local annotator."""
+        return getattr(request, "username", None) or LOCAL_ANNOTATOR
+
+    def export_target(self, name: str) -> Path:
+        """A fresh folder for one export (two exports in the same second never meet), and the file's path."""
+        folder = self.export_dir / secrets.token_hex(16)
+        folder.mkdir(mode=0o700)
+        return folder / name
 
     def preview_builder(self) -> Any:
         """The canvas builder for previews: the engine's own when it reads canvases, else one over the

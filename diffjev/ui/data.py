@@ -12,20 +12,25 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from diffjev.engines.auto import ENGINE_CHOICES, EngineChoice, choose_engine
+from diffjev.engines.auto import ENGINE_CHOICES, choose_engine
 from diffjev.engines.base import EngineError
 from diffjev.io import ExportError, SourceError, peek
 from diffjev.models import ModelLoadError
+from diffjev.services.engine_access import studio_engine_choice
 from diffjev.services.exporting import export_project
 from diffjev.services.importing import dataset_source, import_items
 from diffjev.services.prelabel import prelabel
 from diffjev.storage import repo
+from diffjev.ui.access import NotAnUpload, uploaded_file
 from diffjev.ui.context import Studio
 
 
 def _source(studio: Studio, upload: Any, dataset_name: str) -> Any:
     if upload:
-        return upload if isinstance(upload, str) else upload.name
+        try:
+            return uploaded_file(upload)
+        except NotAnUpload as exc:
+            raise gr.Error(str(exc)) from None
     if dataset_name.strip():
         try:
             return dataset_source(dataset_name, studio.import_dir)
@@ -87,8 +92,10 @@ def build_prelabel(studio: Studio) -> None:
     with gr.Row():
         kind = gr.Dropdown([CONFIGURED, *[k for k in ENGINE_CHOICES if k != "auto"]], value=CONFIGURED,
                            label="Engine", elem_id="prelabel-engine")
-        url = gr.Textbox(label="Server URL (vllm, jev)", elem_id="prelabel-url")
-        model = gr.Textbox(label="Model (served name, folder or Hub name)", elem_id="prelabel-model")
+        url = gr.Textbox(label="Server URL (vllm, jev): the studio's own or one in DIFFJEV_ENGINE_URLS",
+                         elem_id="prelabel-url")
+        model = gr.Textbox(label="Model (served name, Hub name, or a folder in DIFFJEV_MODEL_DIR)",
+                           elem_id="prelabel-model")
     which = gr.Radio(["All items", "Only items nobody has answered"], value="All items", label="Items",
                      elem_id="prelabel-which")
     with gr.Row():
@@ -100,9 +107,10 @@ def build_prelabel(studio: Studio) -> None:
     def engine_for(kind_name: str, server: str, model_name: str) -> Any:
         if kind_name == CONFIGURED:
             return studio.chosen.engine
-        try:
-            return choose_engine(EngineChoice(kind=kind_name, url=server.strip() or None,
-                                              model=model_name.strip() or None)).engine
+        try:  # the server makes the requests and loads the model: only what the operator allowed
+            choice = studio_engine_choice(kind_name, server.strip(), model_name.strip(),
+                                          allowed_urls=studio.engine_urls, model_dir=studio.model_dir)
+            return choose_engine(choice).engine
         except (EngineError, ModelLoadError) as exc:
             raise gr.Error(str(exc)) from None
 
@@ -148,7 +156,7 @@ def build_export(studio: Studio) -> None:
 
     def run(fmt_name: str, reviewed_only: bool, who: str, request: gr.Request) -> tuple[str, Any]:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        target = studio.export_dir / f"{studio.project}-{stamp}.{ 'jsonl' if fmt_name == 'jsonl' else fmt_name}"
+        target = studio.export_target(f"{studio.project}-{stamp}.{fmt_name}")
         try:
             count = export_project(studio.db, studio.project, target, fmt_name, annotator=who.strip() or None,
                                    reviewed_only=reviewed_only, actor=studio.annotator(request))

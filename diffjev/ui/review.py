@@ -13,12 +13,23 @@ import pandas as pd
 from sqlalchemy import select
 
 from diffjev import calibration as cal
+from diffjev.io import write_csv
 from diffjev.services import calibration, review
+from diffjev.services.exporting import csv_escape_setting
 from diffjev.services.prelabel import prelabel
+from diffjev.storage import repo
 from diffjev.storage.models import Run
+from diffjev.ui.context import Studio
 
 PLOT_POINTS = 200
-from diffjev.ui.context import Studio
+
+
+def run_number(value: Any) -> int:
+    """A run id as chosen (the list holds the project's runs; an API client may send anything)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise gr.Error(f"run {value!r} is not a run number; choose a run from the list") from None
 
 
 def build(studio: Studio) -> None:
@@ -30,8 +41,8 @@ def build(studio: Studio) -> None:
     gr.Markdown("**Change an answer**")
     with gr.Row():
         item = gr.Number(label="Item", precision=0, elem_id="review-item")
-        _, schema, _, _ = studio.schema()
-        question = gr.Dropdown([q.id for q in schema.questions], label="Question", elem_id="review-question")
+        # question lists are filled when the page loads (nothing of the project before a login)
+        question = gr.Dropdown([], label="Question", allow_custom_value=True, elem_id="review-question")
         value = gr.Textbox(label="New answer", elem_id="review-value")
         change = gr.Button("Change", elem_id="review-change")
     note = gr.Markdown(elem_id="review-note")
@@ -39,8 +50,8 @@ def build(studio: Studio) -> None:
     gr.Markdown("**Calibration**: can the model's confidence be trusted? Computed on items with a human "
                 "answer; blind-slice answers are used alone when there are enough of them.")
     with gr.Row():
-        cal_question = gr.Dropdown([q.id for q in schema.questions], label="Question", elem_id="cal-question")
-        cal_run = gr.Dropdown([], label="Run", elem_id="cal-run")
+        cal_question = gr.Dropdown([], label="Question", allow_custom_value=True, elem_id="cal-question")
+        cal_run = gr.Dropdown([], label="Run", allow_custom_value=True, elem_id="cal-run")  # checked by the service
         target = gr.Number(0.95, label="Target accuracy for auto-accept", elem_id="cal-target")
         go = gr.Button("Calibrate", elem_id="cal-go")
     cal_summary = gr.Dataframe(label="Calibration", interactive=False, elem_id="cal-summary")
@@ -70,7 +81,10 @@ def build(studio: Studio) -> None:
     def calibrate(key: str, run_id: int | None, target_accuracy: float) -> tuple:
         if not key or run_id is None:
             raise gr.Error("Choose a question and a run.")
-        found = calibration.calibrate(studio.db, studio.project, int(run_id), key)
+        try:
+            found = calibration.calibrate(studio.db, studio.project, run_number(run_id), key)
+        except repo.NotFound as exc:
+            raise gr.Error(str(exc)) from None
         if found is None:
             return pd.DataFrame(), None, None, "No item has a human answer for this question yet."
         bins = pd.DataFrame([{"confidence": b.confidence, "accuracy": b.accuracy, "series": "model"}
@@ -89,23 +103,24 @@ def build(studio: Studio) -> None:
         return pd.DataFrame([found.summary()]), bins, points, note
 
     def compare_runs() -> tuple[Any, Any]:
-        from diffjev.io import write_csv
-        from diffjev.services.exporting import csv_escape_setting
-
         table = pd.DataFrame(calibration.compare_runs(studio.db, studio.project))
-        path = studio.export_dir / f"{studio.project}-runs-compared.csv"
+        path = studio.export_target(f"{studio.project}-runs-compared.csv")
         # The export's CSV writer: atomic, and formula cells escaped (a model name is anyone's text).
         rows = table.astype(object).where(table.notna(), None).itertuples(index=False)
         write_csv(path, [str(c) for c in table.columns], rows, escape=csv_escape_setting())
         return table, gr.update(value=str(path), visible=True)
 
     def keep_temperature(key: str, run_id: int | None, request: gr.Request) -> str:
-        found = calibration.calibrate(studio.db, studio.project, int(run_id), key) if key and run_id else None
-        if found is None or found.temperature is None:
-            return "⚠️ Too few answered items to fit a temperature (at least ten)."
-        rows = studio.schema()[2]
-        calibration.store_temperature(studio.db, int(run_id), rows[key], found.temperature, found.n,
-                                      studio.annotator(request))
+        try:
+            run_id = run_number(run_id) if run_id is not None else None
+            found = calibration.calibrate(studio.db, studio.project, run_id, key) if key and run_id else None
+            if found is None or found.temperature is None:
+                return "⚠️ Too few answered items to fit a temperature (at least ten)."
+            project_id, _, rows, _ = studio.schema()
+            calibration.store_temperature(studio.db, project_id, int(run_id), rows[key], found.temperature, found.n,
+                                          studio.annotator(request))
+        except repo.NotFound as exc:
+            return f"⚠️ {html.escape(str(exc))}"
         return (f"Kept temperature {found.temperature:.3f} for run {int(run_id)}, {html.escape(key)}: the Annotate "
                 f"tab shows calibrated confidence beside the model's own.")
 
@@ -141,7 +156,7 @@ def build(studio: Studio) -> None:
             return "⚠️ Give the item number and the question."
         try:
             review.reopen(studio.db, studio.project, int(item_id), key, answer.strip(), studio.annotator(request))
-        except ValueError as exc:
+        except (ValueError, repo.NotFound) as exc:  # an answer not in the question, an item not in the project
             return f"⚠️ {html.escape(str(exc))}"
         return f"Item {int(item_id)}, {html.escape(key)}: changed to {html.escape(answer.strip())}."
 

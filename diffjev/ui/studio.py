@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import html
 import logging
+import math
 import os
 import threading
 
 import gradio as gr
 from fastapi import FastAPI, HTTPException
 from sqlalchemy import select
+from starlette.requests import HTTPConnection
+from starlette.routing import Mount
 
+from diffjev import passwords
 from diffjev.api import jev_router, password_matches
+from diffjev.auth_throttle import ClientAddress, LoginThrottle, Throttled, current_address
 from diffjev.demo import TICKETS_SCHEMA, demo_tickets
 from diffjev.engines.auto import ChosenEngine, EngineChoice, choose_engine
 from diffjev.engines.base import EngineError
 from diffjev.models import ModelLoadError
+from diffjev.passwords import PasswordBook
 from diffjev.schema import Schema
 from diffjev.services.importing import import_items
 from diffjev.services.prelabel import prelabel
@@ -24,6 +30,7 @@ from diffjev.storage import repo
 from diffjev.storage.db import Database
 from diffjev.storage.models import Project
 from diffjev.ui import annotate, data, playground, project, review
+from diffjev.ui.access import AccessGate, hub_sign_in_configured, signed_in_hub_user
 from diffjev.ui.context import Studio
 
 log = logging.getLogger("diffjev")
@@ -72,7 +79,8 @@ def ensure_project(db: Database, actor: str = "studio") -> tuple[str, bool]:
 
 
 def users_from_env() -> list[tuple[str, str]] | None:
-    """DIFFJEV_USERS="alice:secret,bob:secret" turns on the login."""
+    """DIFFJEV_USERS="alice:secret,bob:scrypt:32768:8:1$salt$hex" turns on the login: each user's plain
+    password or its hash (`diffjev hash-password` prints one)."""
     raw = os.environ.get("DIFFJEV_USERS", "").strip()
     if not raw:
         return None
@@ -81,8 +89,24 @@ def users_from_env() -> list[tuple[str, str]] | None:
         name, sep, password = entry.strip().partition(":")
         if not sep or not name or not password:
             raise ValueError("DIFFJEV_USERS must be user:password pairs separated by commas")
+        if passwords.is_hash(password):
+            try:
+                passwords.check_hash(password)
+            except passwords.BadHash as exc:
+                raise ValueError(f"DIFFJEV_USERS: the password of {name!r} {exc}") from None
         pairs.append((name, password))
+    LoginThrottle.from_env()  # a wrong backoff setting is reported at start-up, with the logins
     return pairs
+
+
+def members_note_text(studio: Studio) -> str:
+    """On a Space with Hugging Face sign-in: who may annotate, and how to change it."""
+    with studio.db.read() as session:
+        members = session.scalar(select(Project.members).where(Project.name == studio.project))
+    if members is None:
+        return (f"Any signed-in Hugging Face user may annotate **{html.escape(studio.project)}**. To restrict it, "
+                f"run `diffjev members --project {html.escape(studio.project)} user1,user2`.")
+    return f"Members of **{html.escape(studio.project)}**: {html.escape(', '.join(members))}."
 
 
 def build_blocks(studio: Studio) -> gr.Blocks:
@@ -90,8 +114,10 @@ def build_blocks(studio: Studio) -> gr.Blocks:
         banner = ("⚠️ " if studio.chosen.fallback else "") + \
             f"**Pre-labels from:** {html.escape(studio.chosen.description)} · project **{html.escape(studio.project)}**"
         gr.Markdown(f"# diffjev\n{banner}", elem_id="engine-banner")
-        if os.environ.get("OAUTH_CLIENT_ID"):  # a Space with `hf_oauth: true`: sign in with Hugging Face
+        if studio.hub_sign_in:  # a Space with `hf_oauth: true`: sign in with Hugging Face
             gr.LoginButton()
+            members_note = gr.Markdown(elem_id="members-note")
+            studio.on_load.append((lambda: members_note_text(studio), [], [members_note]))
         with gr.Tabs():
             with gr.Tab("Annotate", id="annotate"):
                 annotate.build(studio)
@@ -112,13 +138,19 @@ def build_blocks(studio: Studio) -> gr.Blocks:
     return blocks
 
 
-def login_check(studio: Studio, users: list[tuple[str, str]]):
+def login_check(studio: Studio, users: list[tuple[str, str]], throttle: LoginThrottle | None = None):
     """Gradio's login: the password, and, where the project names its members, membership. A user who
-    is not a member cannot log in to this project's studio, so no route shows them its items."""
-    passwords = dict(users)
+    is not a member cannot log in to this project's studio, so no route shows them its items. Failed
+    attempts back off per user and per address (429 while refused)."""
+    book = PasswordBook(users)
+    throttle = throttle or LoginThrottle.from_env()
 
     def check(username: str, password: str) -> bool:
-        if not password_matches(passwords, username, password):
+        try:
+            ok = throttle.check(username, current_address(), lambda: password_matches(book, username, password))
+        except Throttled as exc:
+            raise HTTPException(429, str(exc), headers={"Retry-After": str(math.ceil(exc.seconds))}) from None
+        if not ok:
             return False
         with studio.db.read() as session:
             return repo.is_member(session, studio.project, username)
@@ -126,21 +158,63 @@ def login_check(studio: Studio, users: list[tuple[str, str]]):
 
 
 def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> FastAPI:
-    """The studio's server: the Jev API at /v1/systemone and the Gradio app at /."""
+    """The studio's server: the Jev API at /v1/systemone and the Gradio app at /, behind one gate that
+    checks the signed-in user against the project's members on every request.
+
+    Logins are passwords (`auth`) or, on a Space with OAuth and no passwords, Hugging Face sign-in."""
+    hub_sign_in = auth is None and studio.hub_sign_in
     # With logins on, no route answers without one: the API's own docs and schema are closed too.
-    closed = {"docs_url": None, "redoc_url": None, "openapi_url": None} if auth else {}
+    closed = {"docs_url": None, "redoc_url": None, "openapi_url": None} if auth or hub_sign_in else {}
     app = FastAPI(title="diffjev studio", **closed)
-    app.include_router(jev_router(studio.chosen.engine, studio.chosen.engine.model_name, auth))
-    if auth:  # the mounted Gradio app would serve its own OpenAPI schema here
+    throttle = LoginThrottle.from_env()  # one backoff for the login page and the API
+    app.add_middleware(ClientAddress)
+
+    def may_use(user: str) -> bool:
+        with studio.db.read() as session:
+            return repo.is_member(session, studio.project, user)
+
+    def may_read(user: str) -> bool:  # the Jev API holds no project's data: a member of any project may read
+        with studio.db.read() as session:
+            return repo.member_of_any(session, user)
+
+    app.include_router(jev_router(studio.chosen.engine, studio.chosen.engine.model_name, auth, throttle, may_read))
+    if auth or hub_sign_in:  # the mounted Gradio app would serve its own OpenAPI schema here
 
         @app.get("/openapi.json", include_in_schema=False)
         def no_schema_without_a_login() -> None:
             raise HTTPException(404)
 
-    return gr.mount_gradio_app(app, build_blocks(studio), path="/", auth=login_check(studio, auth) if auth else None,
-                               auth_message="Log in with your diffjev user and password.", css=CSS + playground.CSS,
-                               head=annotate.KEYS_JS,
-                               allowed_paths=[str(studio.export_dir)], max_file_size=studio.max_upload)
+    blocks = build_blocks(studio)
+    gr.mount_gradio_app(app, blocks, path="/", auth=login_check(studio, auth, throttle) if auth else None,
+                        auth_dependency=signed_in_hub_user if hub_sign_in else None,
+                        auth_message="Log in with your diffjev user and password.", css=CSS + playground.CSS,
+                        head=annotate.KEYS_JS, max_file_size=studio.max_upload,
+                        # Only messages written for people (gr.Error) reach the page; anything else, such as
+                        # a database error with its SQL and parameters, stays in the server's log.
+                        show_error=False)
+    # Gradio refuses a file value outside its upload folder (a client can post any server path as a file)
+    # only in an app it has launched; a mounted app never is, so the check would be skipped on every route.
+    blocks.has_launched = True
+    gradio_app = next(route.app for route in app.routes if isinstance(route, Mount))
+
+    def password_user(connection: HTTPConnection) -> str | None:
+        token = (connection.cookies.get(f"access-token-{gradio_app.cookie_id}")
+                 or connection.cookies.get(f"access-token-unsecure-{gradio_app.cookie_id}"))
+        return gradio_app.tokens.get(token) if token else None
+
+    app.add_middleware(AccessGate, project=studio.project, may_use=may_use,
+                       password_user=password_user if auth else None, hub_sign_in=hub_sign_in)
+    return app
+
+
+def listening_refusal(host: str, auth: list | None, hub_sign_in: bool) -> str | None:
+    """Why the studio must not listen on `host`, or None. Beyond localhost, anyone who reaches it could
+    read and write every item: that needs a login, or an explicit DIFFJEV_ALLOW_ANONYMOUS=1."""
+    if auth or hub_sign_in or host in LOCAL_HOSTS or os.environ.get("DIFFJEV_ALLOW_ANONYMOUS") == "1":
+        return None
+    return (f"refusing to listen on {host} with no login: anyone who can reach it could read and change every "
+            f"item. Set DIFFJEV_USERS=user:password,... (or enable Hugging Face sign-in on a Space), or set "
+            f"DIFFJEV_ALLOW_ANONYMOUS=1 to serve it open on purpose.")
 
 
 def main() -> None:
@@ -148,21 +222,24 @@ def main() -> None:
 
     logging.basicConfig(level=logging.WARNING, format="diffjev: %(message)s")
     log.setLevel(logging.INFO)
+    host = os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1")
     try:
         auth = users_from_env()
+        refusal = listening_refusal(host, auth, hub_sign_in_configured())  # before any slow start-up work
+        if refusal:
+            raise ValueError(refusal)
         db = Database(default_db_location())
         name, created = ensure_project(db)
         chosen: ChosenEngine = choose_engine(EngineChoice())
     except (EngineError, ModelLoadError, repo.NotFound, ValueError) as exc:  # settings a person can fix
         raise SystemExit(f"diffjev: {exc}") from None
     log.info("database %s, project %s, pre-labels from %s", db.url, name, chosen.description)
-    host = os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1")
-    if auth is None and host not in LOCAL_HOSTS:
-        log.warning("listening on %s with no login: anyone who can reach it can annotate as 'local'. "
-                    "Set DIFFJEV_USERS=user:password,... to require a login.", host)
+    studio = Studio(db, chosen, name)
+    if auth is None and host not in LOCAL_HOSTS and not studio.hub_sign_in:
+        log.warning("listening on %s with no login (DIFFJEV_ALLOW_ANONYMOUS=1): anyone who can reach it can "
+                    "annotate as 'local'.", host)
     if created:  # something to label at once: pre-label the demo in the background
         threading.Thread(target=prelabel, args=(db, name, chosen.engine), daemon=True, name="demo-prelabel").start()
-    studio = Studio(db, chosen, name)
     uvicorn.run(create_app(studio, auth), host=host, port=int(os.environ.get("PORT", 7860)), log_level="warning")
 
 

@@ -1,0 +1,145 @@
+"""Who may reach the studio, checked on every request: the signed-in user (a password login or a Hugging
+Face sign-in) must be a member of the studio's project, and files from the outside are only uploads.
+
+Gradio checks a login when a page or an event starts; it does not know about projects or members, and a
+removed member's login would keep working until the server restarts. So one ASGI gate sits in front of
+every route (the page, Gradio's API and file routes, the Jev API): it resolves the user from the request
+and asks the database, each time, whether that user may use this project.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import logging
+import os
+import time
+from base64 import b64decode
+from pathlib import Path
+from typing import Any, Callable
+
+import gradio as gr
+from starlette.requests import HTTPConnection
+from starlette.responses import HTMLResponse, JSONResponse
+
+log = logging.getLogger("diffjev")
+
+# Routes a visitor needs before signing in with Hugging Face: the sign-in itself and its callback.
+SIGN_IN_ROUTES = ("/login/huggingface", "/login/callback", "/logout", "/favicon.ico")
+SESSION_MAX_AGE = 14 * 24 * 60 * 60  # Starlette's SessionMiddleware default, which Gradio's OAuth uses
+
+
+# Uploads --------------------------------------------------------------------------------------------------
+
+class NotAnUpload(ValueError):
+    """A file value that is not a file the user uploaded through Gradio."""
+
+
+def uploaded_file(value: Any) -> str:
+    """The server path of a file the user uploaded, or NotAnUpload.
+
+    A Gradio file value is a path the client sends back; a client can send any path. Gradio refuses paths
+    outside its upload folder only in apps it launches itself, and this one is mounted, so the check is
+    here: the path, with every link resolved, must be a file inside Gradio's upload folder."""
+    path = value if isinstance(value, str) else getattr(value, "path", None) or getattr(value, "name", None)
+    if not isinstance(path, str) or not path or "\x00" in path:
+        raise NotAnUpload("the file was not uploaded: choose it again with the upload button")
+    folder = Path(gr.utils.get_upload_folder()).resolve()
+    resolved = Path(path).resolve()
+    if not resolved.is_relative_to(folder) or not resolved.is_file():
+        raise NotAnUpload("the file was not uploaded through this page: choose it again with the upload button")
+    return str(resolved)
+
+
+# Hugging Face sign-in -------------------------------------------------------------------------------------
+
+def hub_sign_in_configured() -> bool:
+    """A Space with `hf_oauth: true` in its front matter sets OAUTH_CLIENT_ID: visitors sign in with Hugging Face."""
+    return bool(os.environ.get("OAUTH_CLIENT_ID"))
+
+
+def hub_session_secret() -> str:
+    """The key Gradio's OAuth signs its session cookie with (gradio.oauth.attach_oauth)."""
+    from gradio import oauth
+
+    return hashlib.sha256(((oauth.OAUTH_CLIENT_SECRET or "") + "-v4").encode()).hexdigest()
+
+
+def signed_in_hub_user(connection: HTTPConnection) -> str | None:
+    """The Hugging Face username of a signed-in visitor, read from Gradio's signed session cookie; None
+    when there is no valid one. Read-only: Gradio's own session middleware writes the cookie."""
+    from itsdangerous import BadSignature, TimestampSigner
+
+    cookie = connection.cookies.get("session")
+    if not cookie:
+        return None
+    try:
+        data = TimestampSigner(hub_session_secret()).unsign(cookie.encode(), max_age=SESSION_MAX_AGE)
+        session = json.loads(b64decode(data))
+    except (BadSignature, ValueError):
+        return None
+    info = session.get("oauth_info") if isinstance(session, dict) else None
+    if not isinstance(info, dict) or (info.get("expires_at") or float("inf")) < time.time():
+        return None  # never signed in, or the sign-in expired (as Gradio's own OAuth profile treats it)
+    user = (info.get("userinfo") or {}).get("preferred_username")
+    return user if isinstance(user, str) and user else None
+
+
+# The gate ---------------------------------------------------------------------------------------------------
+
+class AccessGate:
+    """ASGI middleware: every request of a signed-in user is checked against the project's members.
+
+    `password_user` resolves a password login (Gradio's session token); with `hub_sign_in`, visitors must
+    be signed in with Hugging Face on every route but the sign-in's own."""
+
+    def __init__(self, app: Any, *, project: str, may_use: Callable[[str], bool],
+                 password_user: Callable[[HTTPConnection], str | None] | None = None, hub_sign_in: bool = False):
+        self.app, self.project, self.may_use = app, project, may_use
+        self.password_user, self.hub_sign_in = password_user, hub_sign_in
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        connection = HTTPConnection(scope)
+        path = scope.get("path", "")
+        user = None
+        if self.hub_sign_in:
+            user = signed_in_hub_user(connection)
+            if user is None and path not in SIGN_IN_ROUTES:
+                await self._refuse(scope, receive, send, 401, sign_in_page(), "sign in with Hugging Face first")
+                return
+        elif self.password_user is not None:
+            user = self.password_user(connection)
+        if user is not None and not self.may_use(user):
+            log.warning("refused %s %s: %r is not a member of project %r", scope.get("method", "WS"), path, user,
+                        self.project)
+            await self._refuse(scope, receive, send, 403, not_a_member_page(user, self.project),
+                               f"{user} is not a member of project {self.project}")
+            return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    async def _refuse(scope: dict, receive: Any, send: Any, status: int, page: str, detail: str) -> None:
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        wants_page = scope.get("method") == "GET" and scope.get("path") in ("/", "")
+        response = HTMLResponse(page, status) if wants_page else JSONResponse({"detail": detail}, status)
+        await response(scope, receive, send)
+
+
+def sign_in_page() -> str:
+    return ("<!doctype html><title>diffjev</title><main style='font-family:sans-serif;max-width:36em;margin:4em auto'>"
+            "<h1>diffjev</h1><p>This studio is for signed-in Hugging Face users.</p>"
+            "<p><a href='/login/huggingface'>Sign in with Hugging Face</a></p></main>")
+
+
+def not_a_member_page(user: str, project: str) -> str:
+    return ("<!doctype html><title>diffjev</title><main style='font-family:sans-serif;max-width:36em;margin:4em auto'>"
+            f"<h1>diffjev</h1><p>You are signed in as <b>{html.escape(user)}</b>, who is not a member of the "
+            f"project <b>{html.escape(project)}</b>.</p><p>Ask its owner to add you "
+            f"(<code>diffjev members --project {html.escape(project)} ...</code>).</p>"
+            "<p><a href='/logout'>Sign out</a></p></main>")

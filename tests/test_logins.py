@@ -1,0 +1,103 @@
+"""Logins through real HTTP: a burst of wrong passwords is refused for a while (per user and per
+address, on the login page and the API's Basic auth alike), the right password works again after the
+delay, and a password kept as a scrypt hash (`diffjev hash-password`) logs in."""
+
+import logging
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from diffjev.passwords import hash_password
+from diffjev.ui.studio import users_from_env
+from studio_fixtures import serve_studio, studio_db
+
+ALLOWED, BACKOFF = 3, 4.0  # as DIFFJEV_LOGIN_FAILURES=3, DIFFJEV_LOGIN_BACKOFF=4
+BODY = {"state": "Everything is down.", "questions": {"urgent": {"type": "noul", "instructions": "Urgent?"}}}
+
+
+@pytest.fixture
+def studio(tmp_path, dgemma_engine, monkeypatch):
+    monkeypatch.setenv("DIFFJEV_LOGIN_FAILURES", str(ALLOWED))
+    monkeypatch.setenv("DIFFJEV_LOGIN_BACKOFF", str(BACKOFF))
+    db = studio_db(tmp_path / "logins.db", ["Site down", "Refund please"])
+    users = [("alice", "a-secret"), ("bob", hash_password("b-secret", n=2**10))]
+    server, _ = serve_studio(db, dgemma_engine, auth=users)
+    with server:
+        yield server
+
+
+def login(server, user, password):
+    return httpx.post(f"{server.url}/login", data={"username": user, "password": password}, timeout=30)
+
+
+def api(server, user, password):
+    return httpx.post(f"{server.url}/v1/systemone", json=BODY, auth=(user, password), timeout=60)
+
+
+def wait_out(response):
+    time.sleep(float(response.headers["Retry-After"]) + 0.1)
+
+
+def test_a_burst_of_wrong_passwords_at_the_login_is_refused_then_the_right_one_works(studio, caplog):
+    caplog.set_level(logging.WARNING, logger="diffjev")
+    answers = [login(studio, "alice", f"guess-{k}") for k in range(ALLOWED + 2)]
+    assert [r.status_code for r in answers[:ALLOWED]] == [400] * ALLOWED  # Gradio's "Incorrect credentials"
+    assert {r.status_code for r in answers[ALLOWED:]} == {429}
+    assert "too many failed logins for user 'alice'" in answers[-1].json()["detail"]
+    refused = login(studio, "alice", "a-secret")  # even the right password waits out the delay
+    assert refused.status_code == 429
+    wait_out(refused)
+    assert login(studio, "alice", "a-secret").json() == {"success": True}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("'alice'" in w and "127.0.0.1" in w and "refused for" in w for w in warnings)
+    assert not any("guess-" in w or "a-secret" in w for w in warnings)  # never the password
+
+
+def test_wrong_passwords_for_many_users_from_one_address_lock_that_address(studio):
+    for k in range(ALLOWED):
+        assert login(studio, f"nobody{k}", "x").status_code == 400
+    refused = login(studio, "alice", "a-secret")
+    assert refused.status_code == 429 and "address 127.0.0.1" in refused.json()["detail"]
+    wait_out(refused)
+    assert login(studio, "alice", "a-secret").json() == {"success": True}
+
+
+def test_the_api_basic_auth_backs_off_too(studio):
+    answers = [api(studio, "alice", f"guess-{k}").status_code for k in range(ALLOWED + 2)]
+    assert answers[:ALLOWED] == [401] * ALLOWED and set(answers[ALLOWED:]) == {429}
+    refused = api(studio, "alice", "a-secret")
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+    wait_out(refused)
+    assert api(studio, "alice", "a-secret").json()["object"] == "structured_decision"
+
+
+def test_a_hashed_password_logs_in_at_the_page_and_the_api(studio):
+    assert login(studio, "bob", "b-secret").json() == {"success": True}
+    assert login(studio, "bob", "scrypt").status_code == 400
+    assert api(studio, "bob", "b-secret").json()["object"] == "structured_decision"
+    assert api(studio, "bob", "b-secret-no").status_code == 401  # the remembered check is not a bypass
+
+
+def test_hash_password_prints_a_hash_that_diffjev_users_accepts(monkeypatch):
+    done = subprocess.run([sys.executable, "-m", "diffjev.cli", "hash-password"], input="correct horse\n",
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    hashed = done.stdout.strip()
+    assert hashed.startswith("scrypt:32768:8:1$") and "correct horse" not in hashed
+    monkeypatch.setenv("DIFFJEV_USERS", f"carol:{hashed},dave:plain")
+    users = users_from_env()
+    assert users == [("carol", hashed), ("dave", "plain")]
+    from diffjev.passwords import PasswordBook
+
+    book = PasswordBook(users)
+    assert book.matches("carol", "correct horse") and not book.matches("carol", "correct horsE")
+
+
+def test_a_malformed_hash_in_diffjev_users_is_named_with_the_fix(monkeypatch):
+    monkeypatch.setenv("DIFFJEV_USERS", "carol:scrypt:32768:8$nosalt")
+    with pytest.raises(ValueError, match=r"DIFFJEV_USERS: the password of 'carol' is not a scrypt hash.*"
+                                         r"diffjev hash-password"):
+        users_from_env()
