@@ -32,7 +32,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from diffjev.api import StructuredDecisionRequest
-from diffjev.canvas import DEFAULT_MAX_WIDTH
+from diffjev.canvas import DEFAULT_MAX_WIDTH, MAX_CHARS_PER_TOKEN
 from diffjev.decide import Decision, decide
 from diffjev.engines.transformers import TransformersEngine
 from diffjev.jev import check_upstream_limits, question_canvas
@@ -173,6 +173,15 @@ def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_len
         if name is not None and name != served_model_name:
             raise RequestError(f"The model `{name}` does not exist.", "model", 404)
 
+    def check_context(prompt_tokens: int) -> None:
+        """Refuse, as vLLM does, a prompt past the model's context: attention's memory grows with its square,
+        and one 10 MB message would ask this host for hundreds of gigabytes."""
+        limit = builder.max_prompt_tokens
+        if limit is not None and prompt_tokens > limit:
+            raise RequestError(f"This model's maximum context length is {limit + canvas_length} tokens, "
+                               f"{canvas_length} of them the canvas. However, your messages have at least "
+                               f"{prompt_tokens} tokens. Please reduce the length of the messages.", "messages")
+
     def token_text(tid: int, as_ids: bool) -> str:
         return f"token_id:{tid}" if as_ids else tokenizer.decode([tid])
 
@@ -188,8 +197,11 @@ def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_len
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": served_model_name, "object": "model", "created": int(time.time()),
-                                            "owned_by": "diffjev", "root": engine.model_name}]}
+        card = {"id": served_model_name, "object": "model", "created": int(time.time()), "owned_by": "diffjev",
+                "root": engine.model_name}
+        if builder.max_prompt_tokens is not None:  # vLLM's model card says how long a request may be
+            card["max_model_len"] = builder.max_prompt_tokens + canvas_length
+        return {"object": "list", "data": [card]}
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> JSONResponse:
@@ -219,8 +231,10 @@ def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_len
             if memoize and diff["seed"] is not None else None  # an unseeded canvas is never the same read
         choice_and_usage = answered.get(key) if key is not None else None
         if choice_and_usage is None:
+            check_context(sum(len(m["content"]) for m in messages) // MAX_CHARS_PER_TOKEN)  # sure to be over
             text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
             prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+            check_context(len(prompt))
             canvas = diff["seed"] or [random.randrange(vocab) for _ in range(diff["width"])]  # unseeded: vLLM draws
             # read-only caps the output at the canvas width and ignores EOS: position i is canvas position i
             n_out = min(max_tokens or diff["width"], diff["width"])

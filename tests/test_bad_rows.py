@@ -9,7 +9,9 @@ import logging
 import os
 import subprocess
 import sys
+import time
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,7 +24,7 @@ from diffjev.services.importing import import_items
 from diffjev.storage import repo
 from diffjev.storage.db import Database
 from diffjev.storage.models import Event, Item
-from conftest import TICKETS
+from conftest import SERVED_NAME, TICKETS
 
 ROWS = 5_200
 BAD_LINE = 2_500  # inside the first chunk of 5,000
@@ -296,3 +298,24 @@ def test_every_row_read_is_one_the_databases_can_store(tmp_path, records):
             orjson.dumps(result.fields)
         else:
             assert result.line >= 1 and result.reason
+
+
+def test_the_served_model_refuses_a_prompt_past_its_context_as_vllm_does(vllm_server):
+    """A 10 MB message once made the served model ask for hundreds of gigabytes: it is a 400 now, before
+    any forward, and the model card says how long a request may be."""
+    card = httpx.get(f"{vllm_server.url}/v1/models", timeout=30).json()["data"][0]
+    limit = card["max_model_len"]
+    assert limit == 131072
+    body = {"model": SERVED_NAME, "max_tokens": 4, "logprobs": True, "top_logprobs": 2,
+            "vllm_xargs": {"diffusion_canvas_length": 64, "diffusion_max_steps": 1, "diffusion_read_only": True}}
+    for content in ("x" * 10_000_000, "word " * 140_000):
+        started = time.monotonic()
+        answer = httpx.post(f"{vllm_server.url}/v1/chat/completions", timeout=120,
+                            json={**body, "messages": [{"role": "user", "content": content}]})
+        assert answer.status_code == 400, answer.text[:300]
+        error = answer.json()["error"]
+        assert f"maximum context length is {limit} tokens" in error["message"] and error["param"] == "messages"
+        assert time.monotonic() - started < 60
+    fine = httpx.post(f"{vllm_server.url}/v1/chat/completions", timeout=120,
+                      json={**body, "messages": [{"role": "user", "content": "The export is broken."}]})
+    assert fine.status_code == 200, fine.text[:300]
