@@ -319,3 +319,26 @@ def test_the_served_model_refuses_a_prompt_past_its_context_as_vllm_does(vllm_se
     fine = httpx.post(f"{vllm_server.url}/v1/chat/completions", timeout=120,
                       json={**body, "messages": [{"role": "user", "content": "The export is broken."}]})
     assert fine.status_code == 200, fine.text[:300]
+
+
+def test_the_vllm_client_cuts_a_state_to_the_context_the_server_states(tokenizer, schema):
+    import copy
+
+    from diffjev.engines import TransformersEngine, VLLMServerEngine
+    from diffjev.read import read_many
+    from diffjev.serve import create_app
+    from diffjev.tiny import tiny_diffusion_gemma
+    from conftest import LocalServer
+
+    model = copy.deepcopy(tiny_diffusion_gemma())
+    model.config.get_text_config().max_position_embeddings = 512  # a served model whose context is 512
+    served = TransformersEngine(model, tokenizer, canvas_length=64)
+    with LocalServer(create_app(served, SERVED_NAME, canvas_length=64)) as server:
+        engine = VLLMServerEngine(server.url, SERVED_NAME, tokenizer, canvas_length=64)
+        long_state = "The printer is on fire again. " * 2_000
+        long_read, short_read = read_many(schema, [long_state, "Short ticket."], engine)
+        engine.close()
+    cut = long_read.diagnostics["truncated"]
+    assert cut["state_chars"] == len(long_state) and 0 < cut["kept_chars"] < len(long_state)
+    assert cut["max_prompt_tokens"] == 512 - 64
+    assert "truncated" not in short_read.diagnostics and set(long_read.answers) == {"urgent", "team", "tone"}

@@ -8,9 +8,11 @@ Reads go out concurrently over one HTTP client, a bounded number in flight.
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
+import httpx
 
 from diffjev.canvas import Canvas, CanvasBuilder, DEFAULT_MAX_WIDTH, ModelFormat
 from diffjev.decide import SlotRead
@@ -59,6 +61,29 @@ class VLLMServerEngine(CanvasEngine):
         self.batch_size = 2 * max_in_flight
         self._clients = HTTPClients(timeout, connect_timeout, api_key)
         self._pool = ThreadPoolExecutor(max_in_flight, thread_name_prefix="vllm-read")
+        self._context_lock = threading.Lock()
+        self._context_asked = False
+
+    def _decide_chunk(self, schema, states, seed):
+        self._learn_context()
+        return super()._decide_chunk(schema, states, seed)
+
+    def _learn_context(self) -> None:
+        """Ask the server once how long a request may be (`max_model_len` on vLLM's model card), so a state
+        past it is cut to fit before the prompt is built, as in-process, rather than refused item by item."""
+        with self._context_lock:
+            if self._context_asked:
+                return
+            self._context_asked = True
+            try:
+                answer = self._clients.get().get(f"{self.url}/v1/models")
+                cards = answer.json().get("data") if answer.status_code == 200 else None
+            except (httpx.HTTPError, ValueError, AttributeError):  # the reads themselves say what is wrong
+                return
+            card = next((c for c in cards or [] if isinstance(c, dict) and c.get("id") == self.model_name), {})
+            length = card.get("max_model_len")
+            if isinstance(length, int) and length > self.builder.max_width:
+                self.builder.max_prompt_tokens = length - self.builder.max_width
 
     def request_body(self, canvas: Canvas) -> dict[str, Any]:
         label_ids = sorted({t for ids in canvas.label_ids.values() for t in ids})
