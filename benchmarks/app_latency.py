@@ -39,10 +39,19 @@ def running_app(database: Path, **settings: str) -> Iterator[subprocess.Popen]:
     """`python app.py` as its own process over `database`, with `settings` as DIFFJEV_* variables; yields
     once it answers on a free port (the process's `url`), and stops it afterwards."""
     port = free_port()
-    env = {**os.environ, "DIFFJEV_DB": str(database), "PORT": str(port),
-           **{f"DIFFJEV_{k.upper()}": v for k, v in settings.items()}}
-    app = subprocess.Popen([sys.executable, "app.py"], cwd=Path(__file__).parent.parent, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = {
+        **os.environ,
+        "DIFFJEV_DB": str(database),
+        "PORT": str(port),
+        **{f"DIFFJEV_{k.upper()}": v for k, v in settings.items()},
+    }
+    app = subprocess.Popen(
+        [sys.executable, "app.py"],
+        cwd=Path(__file__).parent.parent,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     app.url = f"http://127.0.0.1:{port}/"
     try:
         deadline = time.monotonic() + 180

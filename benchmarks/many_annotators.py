@@ -53,8 +53,9 @@ class Annotated:
         return 1000 * ordered[int(q * (len(ordered) - 1))]
 
 
-def simulate(url: str, users: list[tuple[str, str]], actions: int, question: str = "team",
-             queue: str = "Least confidence first") -> Annotated:
+def simulate(
+    url: str, users: list[tuple[str, str]], actions: int, question: str = "team", queue: str = "Least confidence first"
+) -> Annotated:
     """Each user, in a thread of its own, takes items from the queue and answers `actions` of them."""
     done = Annotated()
     lock = threading.Lock()
@@ -113,8 +114,7 @@ def main() -> None:
     args = ap.parse_args()
     database = seeded_file("annotators", args.items)
     users = [(f"annotator{k}", f"secret{k}") for k in range(args.annotators)]
-    with running_app(database, project="bench",
-                     users=",".join(f"{u}:{p}" for u, p in users)) as app:
+    with running_app(database, project="bench", users=",".join(f"{u}:{p}" for u, p in users)) as app:
         started, app_cpu, own_cpu = time.perf_counter(), process_cpu_s(app.pid), time.process_time()
         done = simulate(app.url, users, args.actions)
         seconds = time.perf_counter() - started
@@ -125,15 +125,20 @@ def main() -> None:
     from diffjev.storage.models import Response
 
     with Database(database).read() as session:
-        stored = session.scalar(select(func.count()).select_from(Response).where(Response.annotator.in_(
-            [user for user, _ in users])))
+        stored = session.scalar(
+            select(func.count()).select_from(Response).where(Response.annotator.in_([user for user, _ in users]))
+        )
     total = len(done.latencies)
-    print("| annotators | actions each | actions | stored | failed requests | clashing holds | actions/s | "
-          "p50 per action | p95 | studio CPU / action | the 20 clients' CPU / action |")
+    print(
+        "| annotators | actions each | actions | stored | failed requests | clashing holds | actions/s | "
+        "p50 per action | p95 | studio CPU / action | the 20 clients' CPU / action |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    print(f"| {args.annotators} | {args.actions} | {total} | {stored} | {len(done.errors)} | "
-          f"{len(done.overlapping_holds())} | {total / seconds:.1f} | {done.percentile_ms(0.5):.0f} ms | "
-          f"{done.percentile_ms(0.95):.0f} ms | {1000 * app_cpu / total:.0f} ms | {1000 * own_cpu / total:.0f} ms |")
+    print(
+        f"| {args.annotators} | {args.actions} | {total} | {stored} | {len(done.errors)} | "
+        f"{len(done.overlapping_holds())} | {total / seconds:.1f} | {done.percentile_ms(0.5):.0f} ms | "
+        f"{done.percentile_ms(0.95):.0f} ms | {1000 * app_cpu / total:.0f} ms | {1000 * own_cpu / total:.0f} ms |"
+    )
     for error in done.errors[:10]:
         print("  ", error)
 

@@ -62,9 +62,24 @@ def free_port() -> int:
 
 def start_server(latency_ms: float) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "diffjev.cli", "serve-model", "--backend", "transformers",
-                             "--tiny", "--port", str(port), "--service-latency-ms", str(latency_ms), "--memoize"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "diffjev.cli",
+            "serve-model",
+            "--backend",
+            "transformers",
+            "--tiny",
+            "--port",
+            str(port),
+            "--service-latency-ms",
+            str(latency_ms),
+            "--memoize",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 180
     while True:
@@ -104,6 +119,7 @@ class ClientClock:
             with self.lock:
                 getattr(self, into).extend([spent / n] * n)
             return result
+
         return wrapper
 
     def means_ms(self) -> dict[str, float]:
@@ -139,19 +155,23 @@ def main() -> None:
     args = ap.parse_args()
     latencies = [float(x) for x in args.latencies.split(",")]
     levels = [int(x) for x in args.in_flight.split(",")]
-    texts = [f"Ticket {i}: the {['dashboard', 'export', 'invoice', 'login'][i % 4]} has been failing since "
-             f"the update on day {i % 28 + 1}." for i in range(max(levels) * args.rounds)]
+    texts = [
+        f"Ticket {i}: the {['dashboard', 'export', 'invoice', 'login'][i % 4]} has been failing since "
+        f"the update on day {i % 28 + 1}."
+        for i in range(max(levels) * args.rounds)
+    ]
     folder = Path(tempfile.mkdtemp(prefix="diffjev-throughput-"))
     db = Database(folder / "bench.db")
     for n in levels:
-        project(db, f"n{n}", texts[:n * args.rounds])
+        project(db, f"n{n}", texts[: n * args.rounds])
     tokenizer = offline_gemma_tokenizer()
 
     # Deciding and storing run once per chunk or batch: their per-read share comes from these wrappers.
     clock = ClientClock()
     original_decide_chunk = engine_base.CanvasEngine._decide_chunk
     engine_base.CanvasEngine._decide_chunk = clock.timed(
-        "decide", original_decide_chunk, per_items=lambda a, r: max(1, len(r)))
+        "decide", original_decide_chunk, per_items=lambda a, r: max(1, len(r))
+    )
     original_store = repo.store_reads
     repo.store_reads = clock.timed("store", original_store, per_items=lambda a, r: max(1, len(a[3])))
 
@@ -183,36 +203,55 @@ def main() -> None:
                     parts.append(clock.means_ms())
                 ideal = n / (latency / 1000)
                 overheads.sort()
-                rows.append((latency, n, n * args.rounds, statistics.median(rates), ideal,
-                             statistics.median(overheads), overheads[int(0.95 * (len(overheads) - 1))],
-                             statistics.median(cpu), statistics.median(server_cpu), parts[len(parts) // 2]))
+                rows.append(
+                    (
+                        latency,
+                        n,
+                        n * args.rounds,
+                        statistics.median(rates),
+                        ideal,
+                        statistics.median(overheads),
+                        overheads[int(0.95 * (len(overheads) - 1))],
+                        statistics.median(cpu),
+                        statistics.median(server_cpu),
+                        parts[len(parts) // 2],
+                    )
+                )
         finally:
             proc.terminate()
             proc.wait(timeout=30)
     repo.store_reads = original_store
     engine_base.CanvasEngine._decide_chunk = original_decide_chunk
 
-    print(f"Pre-label throughput, demo schema (3 questions), {os.cpu_count()} CPUs; "
-          f"median of {args.repeats} passes\n")
-    print("| latency | in flight | reads / pass | reads/s | ideal | share of ideal | client overhead p50 | "
-          "p95 | client CPU / read (all threads) | endpoint CPU / read | CPU cores busy |")
+    print(f"Pre-label throughput, demo schema (3 questions), {os.cpu_count()} CPUs; median of {args.repeats} passes\n")
+    print(
+        "| latency | in flight | reads / pass | reads/s | ideal | share of ideal | client overhead p50 | "
+        "p95 | client CPU / read (all threads) | endpoint CPU / read | CPU cores busy |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for latency, n, reads, rate, ideal, p50, p95, cpu, server, _ in rows:
-        print(f"| {latency:.0f} ms | {n} | {reads} | {rate:.1f} | {ideal:.0f} | {rate / ideal:.0%} | "
-              f"{p50:.2f} ms | {p95:.2f} ms | {cpu:.2f} ms | {server:.2f} ms | {rate * (cpu + server) / 1000:.2f} |")
+        print(
+            f"| {latency:.0f} ms | {n} | {reads} | {rate:.1f} | {ideal:.0f} | {rate / ideal:.0%} | "
+            f"{p50:.2f} ms | {p95:.2f} ms | {cpu:.2f} ms | {server:.2f} ms | {rate * (cpu + server) / 1000:.2f} |"
+        )
     print("\nWhere the client's time per read goes (mean CPU ms per read, one pass):\n")
     print("| latency | in flight | canvas | HTTP + parsing | deciding and dispatch | storing |")
     print("|---|---|---|---|---|---|")
     for latency, n, *_, part in rows:  # noqa: B007
-        print(f"| {latency:.0f} ms | {n} | {part['build']:.2f} | {part['http']:.2f} | {part['decide']:.2f} | "
-              f"{part['store']:.2f} |")
+        print(
+            f"| {latency:.0f} ms | {n} | {part['build']:.2f} | {part['http']:.2f} | {part['decide']:.2f} | "
+            f"{part['store']:.2f} |"
+        )
     print()
     for latency, rate in ceilings:
-        print(f"- warm pass, the tiny model computing every read on this CPU ({latency:.0f} ms added): "
-              f"{rate:.1f} reads/s")
+        print(
+            f"- warm pass, the tiny model computing every read on this CPU ({latency:.0f} ms added): {rate:.1f} reads/s"
+        )
     print(f"- for scale, {PUBLISHED}")
-    print(f"- targets: at least {TARGET_SHARE:.0%} of the ideal at 32 in flight; client overhead p50 under "
-          f"{TARGET_OVERHEAD_MS:.0f} ms per read")
+    print(
+        f"- targets: at least {TARGET_SHARE:.0%} of the ideal at 32 in flight; client overhead p50 under "
+        f"{TARGET_OVERHEAD_MS:.0f} ms per read"
+    )
 
 
 if __name__ == "__main__":

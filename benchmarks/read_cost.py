@@ -25,18 +25,24 @@ from diffjev.jev import question_canvas
 from diffjev.models import offline_gemma_tokenizer
 from diffjev.tiny import tiny_causal_lm, tiny_diffusion_gemma
 
-TICKET = ("Hello, since this morning none of our 40 seats can sign in. The login page spins and then shows "
-          "'session expired'. We have a board demo at noon and the sales team cannot reach the dashboards. "
-          "We already cleared caches and tried three browsers. Our invoice was also charged twice last week, "
-          "but that can wait. Please tell us whether this is an outage on your side and when it will be fixed. "
-          "This is the third time this quarter and people here are getting angry. Ticket ref 88231, plan: "
-          "Business annual, region eu-west.")
+TICKET = (
+    "Hello, since this morning none of our 40 seats can sign in. The login page spins and then shows "
+    "'session expired'. We have a board demo at noon and the sales team cannot reach the dashboards. "
+    "We already cleared caches and tried three browsers. Our invoice was also charged twice last week, "
+    "but that can wait. Please tell us whether this is an outage on your side and when it will be fixed. "
+    "This is the third time this quarter and people here are getting angry. Ticket ref 88231, plan: "
+    "Business annual, region eu-west."
+)
 
 
 def schema_with(k: int) -> Schema:
     kinds = [
         {"type": "yes_no", "instructions": "Is a reply needed within the hour?"},
-        {"type": "choice", "instructions": "Which team should handle it?", "options": ["billing", "technical", "account"]},
+        {
+            "type": "choice",
+            "instructions": "Which team should handle it?",
+            "options": ["billing", "technical", "account"],
+        },
         {"type": "score", "instructions": "How upset is the customer?", "levels": ["calm", "annoyed", "furious"]},
     ]
     return Schema.from_dict({"questions": [{"id": f"q{i}", **kinds[i % 3]} for i in range(k)], "samples": 1})
@@ -71,8 +77,9 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     tokenizer = offline_gemma_tokenizer()
-    diffusion = TransformersEngine(tiny_diffusion_gemma(args.hidden, args.layers), tokenizer, batch_size=1,
-                                   canvas_length=128)
+    diffusion = TransformersEngine(
+        tiny_diffusion_gemma(args.hidden, args.layers), tokenizer, batch_size=1, canvas_length=128
+    )
     causal = tiny_causal_lm(args.hidden, args.layers)
     single = AutoregressiveEngine(causal, tokenizer, mode="single", batch_size=1, canvas_length=128)
     sequential = AutoregressiveEngine(causal, tokenizer, mode="sequential", batch_size=1, canvas_length=128)
@@ -80,10 +87,12 @@ def main() -> None:
     one = schema_with(1)
     joint_len = len(diffusion.builder.build(one, TICKET, 42).prompt_ids)
     question_len = len(question_canvas(diffusion.builder, one.questions[0], TICKET).prompt_ids)
-    print(f"backbones: hidden {args.hidden}, {args.layers} layers, vocab {diffusion.builder.format.vocab_size}; "
-          f"DiffusionGemma with 4 experts (top 2), Gemma 3 dense causal LM; prompt at k=1: {joint_len} tokens "
-          f"(joint), {question_len} (per question); {args.items} items per cell, median; "
-          f"torch threads {torch.get_num_threads()}\n")
+    print(
+        f"backbones: hidden {args.hidden}, {args.layers} layers, vocab {diffusion.builder.format.vocab_size}; "
+        f"DiffusionGemma with 4 experts (top 2), Gemma 3 dense causal LM; prompt at k=1: {joint_len} tokens "
+        f"(joint), {question_len} (per question); {args.items} items per cell, median; "
+        f"torch threads {torch.get_num_threads()}\n"
+    )
     header = "| k | read | model passes / item | median ms / item | × joint diffusion |"
     print(header)
     print("|---|---|---|---|---|")
@@ -108,8 +117,11 @@ def main() -> None:
         medians = measure([(label, fn) for label, fn, _ in runs], args.items)
         joint = medians[runs[0][0]]
         for label, _, _ in runs:
-            print(f"| {k} | {label} | {passes[label]} | {medians[label] * 1000:.1f} | {medians[label] / joint:.2f} |",
-                  flush=True)
+            print(
+                f"| {k} | {label} | {passes[label]} | {medians[label] * 1000:.1f} | {medians[label] / joint:.2f} |",
+                flush=True,
+            )
+
 
 if __name__ == "__main__":
     main()

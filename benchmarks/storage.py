@@ -29,8 +29,12 @@ from diffjev.storage.db import Database
 from diffjev.storage.models import Item, Response, Suggestion, utcnow
 
 LABEL_STUDIO_ADVISED = 100_000  # tasks per project, from Label Studio's documentation
-SCHEMA = {"questions": [{"id": "team", "type": "choice", "instructions": "Which team?",
-                         "options": ["billing", "technical", "account"]}], "samples": 1}
+SCHEMA = {
+    "questions": [
+        {"id": "team", "type": "choice", "instructions": "Which team?", "options": ["billing", "technical", "account"]}
+    ],
+    "samples": 1,
+}
 
 
 def write_csv(path: Path, n: int) -> None:
@@ -72,28 +76,73 @@ def seed_queue(db: Database, n: int) -> tuple[int, int]:
     step = 50_000
     for start in range(0, n, step):
         with db.session() as session:
-            session.execute(insert(Item), [{"project_id": project_id, "external_id": None, "content_hash": f"h{i}",
-                                            "text": f"Ticket {i}", "fields": {}, "created_at": now}
-                                           for i in range(start, min(n, start + step))])
+            session.execute(
+                insert(Item),
+                [
+                    {
+                        "project_id": project_id,
+                        "external_id": None,
+                        "content_hash": f"h{i}",
+                        "text": f"Ticket {i}",
+                        "fields": {},
+                        "created_at": now,
+                    }
+                    for i in range(start, min(n, start + step))
+                ],
+            )
     with db.session() as session:
         ids = list(session.scalars(select(Item.id).where(Item.project_id == project_id).order_by(Item.id)))
     confidences = [rng.random() for _ in ids]
     for start in range(0, n, step):
         with db.session() as session:
-            session.execute(insert(Suggestion), [
-                {"run_id": run_id, "item_id": i, "question_id": question, "answer": "billing",
-                 "distribution": {"billing": c, "technical": (1 - c) / 2, "account": (1 - c) / 2}, "confidence": c,
-                 "full_vocab_confidence": c, "entropy": 1 - c, "margin": c / 2, "label_mass": 1.0, "stderr": None,
-                 "agreement": None, "draws": 1, "value": None, "latency_ms": 1.0, "is_open": True}
-                for i, c in zip(ids[start:start + step], confidences[start:start + step])])
+            session.execute(
+                insert(Suggestion),
+                [
+                    {
+                        "run_id": run_id,
+                        "item_id": i,
+                        "question_id": question,
+                        "answer": "billing",
+                        "distribution": {"billing": c, "technical": (1 - c) / 2, "account": (1 - c) / 2},
+                        "confidence": c,
+                        "full_vocab_confidence": c,
+                        "entropy": 1 - c,
+                        "margin": c / 2,
+                        "label_mass": 1.0,
+                        "stderr": None,
+                        "agreement": None,
+                        "draws": 1,
+                        "value": None,
+                        "latency_ms": 1.0,
+                        "is_open": True,
+                    }
+                    for i, c in zip(ids[start : start + step], confidences[start : start + step])
+                ],
+            )
     answered = [i for _, i in sorted(zip(confidences, ids))[: n // 3]]
     for start in range(0, len(answered), step):
-        part = answered[start:start + step]
+        part = answered[start : start + step]
         with db.session() as session:
-            session.execute(insert(Response), [
-                {"item_id": i, "question_id": question, "annotator": "a", "value": "billing", "source": "accepted",
-                 "suggestion_id": None, "suggestion_shown": True, "seconds": 2.0, "status": "submitted",
-                 "revision": 1, "created_at": now, "updated_at": now} for i in part])
+            session.execute(
+                insert(Response),
+                [
+                    {
+                        "item_id": i,
+                        "question_id": question,
+                        "annotator": "a",
+                        "value": "billing",
+                        "source": "accepted",
+                        "suggestion_id": None,
+                        "suggestion_shown": True,
+                        "seconds": 2.0,
+                        "status": "submitted",
+                        "revision": 1,
+                        "created_at": now,
+                        "updated_at": now,
+                    }
+                    for i in part
+                ],
+            )
             session.execute(update(Suggestion).where(Suggestion.item_id.in_(part)).values(is_open=False))
     with db.engine.connect() as conn:
         conn.exec_driver_sql("ANALYZE")
@@ -145,8 +194,9 @@ def main() -> None:
                 started = time.perf_counter()
                 count = export_project(db, "bench", target, "parquet", reviewed_only=False)
                 seconds = time.perf_counter() - started
-                rows.append(("export (Parquet)", count, f"{count / seconds:,.0f} rows/s", f"{seconds:.1f} s",
-                             "> 50,000 rows/s"))
+                rows.append(
+                    ("export (Parquet)", count, f"{count / seconds:,.0f} rows/s", f"{seconds:.1f} s", "> 50,000 rows/s")
+                )
             db.dispose()
     finally:
         if not args.folder:

@@ -45,9 +45,13 @@ class StructuredDecisionRequest(BaseModel):
 
     def schema(self) -> Schema:
         """The request's questions as a Schema; a bad one raises SchemaError."""
-        return Schema.from_dict({"questions": {qid: q.model_dump(exclude_none=True) for qid, q in self.questions.items()},
-                                 **({"instructions": self.instructions} if self.instructions else {}),
-                                 "samples": 1})
+        return Schema.from_dict(
+            {
+                "questions": {qid: q.model_dump(exclude_none=True) for qid, q in self.questions.items()},
+                **({"instructions": self.instructions} if self.instructions else {}),
+                "samples": 1,
+            }
+        )
 
 
 def password_matches(allowed: PasswordBook, username: str, password: str) -> bool:
@@ -68,8 +72,11 @@ def basic_auth(users: list[tuple[str, str]] | None, throttle: LoginThrottle | No
     def check(request: Request, credentials: HTTPBasicCredentials = Depends(security)) -> str:
         address = request.client.host if request.client else "unknown"
         try:
-            ok = throttle.check(credentials.username, address,
-                                lambda: password_matches(allowed, credentials.username, credentials.password))
+            ok = throttle.check(
+                credentials.username,
+                address,
+                lambda: password_matches(allowed, credentials.username, credentials.password),
+            )
         except Throttled as exc:
             raise HTTPException(429, str(exc), headers={"Retry-After": str(math.ceil(exc.seconds))}) from None
         if not ok:
@@ -90,8 +97,13 @@ def membership(login: Any, may_read: Callable[[str], bool]) -> Any:
     return Depends(check)
 
 
-def jev_router(engine: Engine, model_name: str, users: list[tuple[str, str]] | None = None,
-               throttle: LoginThrottle | None = None, may_read: Callable[[str], bool] | None = None) -> APIRouter:
+def jev_router(
+    engine: Engine,
+    model_name: str,
+    users: list[tuple[str, str]] | None = None,
+    throttle: LoginThrottle | None = None,
+    may_read: Callable[[str], bool] | None = None,
+) -> APIRouter:
     login = basic_auth(users, throttle)
     router = APIRouter(dependencies=login + ([membership(login[0], may_read)] if login and may_read else []))
 
@@ -108,10 +120,17 @@ def jev_router(engine: Engine, model_name: str, users: list[tuple[str, str]] | N
             decision = read(schema, request.state, engine)
         except (EngineError, SchemaError) as exc:
             raise HTTPException(502 if isinstance(exc, EngineError) else 422, str(exc)) from None
-        return {"id": f"sd-{uuid.uuid4().hex}", "object": "structured_decision", "created": int(time.time()),
-                "model": model_name, "answers": decision.to_jev(),
-                "usage": {"input_tokens": len(decision.diagnostics.get("prompt_ids") or []),
-                          "output_tokens": decision.diagnostics.get("width") or 0},
-                "diagnostics": decision.jev_diagnostics()}
+        return {
+            "id": f"sd-{uuid.uuid4().hex}",
+            "object": "structured_decision",
+            "created": int(time.time()),
+            "model": model_name,
+            "answers": decision.to_jev(),
+            "usage": {
+                "input_tokens": len(decision.diagnostics.get("prompt_ids") or []),
+                "output_tokens": decision.diagnostics.get("width") or 0,
+            },
+            "diagnostics": decision.jev_diagnostics(),
+        }
 
     return router

@@ -64,8 +64,12 @@ class LoginThrottle:
             return True
         with self._lock:
             delays = [self._fail(key, now) for key in keys.values()]
-        log.warning("failed login for user %r from %s%s", username, address,
-                    f"; refused for {max(delays):g} s" if max(delays) else "")
+        log.warning(
+            "failed login for user %r from %s%s",
+            username,
+            address,
+            f"; refused for {max(delays):g} s" if max(delays) else "",
+        )
         return False
 
     def _fail(self, key: str, now: float) -> float:
@@ -90,8 +94,9 @@ def _env_number(name: str, default, kind):
     except ValueError:
         value = -1
     if value < 0 or (kind is int and value < 1):
-        raise ValueError(f"{name} must be a positive {'whole number' if kind is int else 'number of seconds'}, "
-                         f"not {raw!r}")
+        raise ValueError(
+            f"{name} must be a positive {'whole number' if kind is int else 'number of seconds'}, not {raw!r}"
+        )
     return value
 
 

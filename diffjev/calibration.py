@@ -38,8 +38,11 @@ def reliability_bins(probs, labels, bins: int = DEFAULT_BINS) -> list[Bin]:
     confidence = p.max(axis=1)
     correct = p.argmax(axis=1) == y
     order = np.argsort(confidence, kind="stable")
-    return [Bin(float(confidence[idx].mean()), float(correct[idx].mean()), len(idx))
-            for idx in np.array_split(order, min(bins, len(order))) if len(idx)]
+    return [
+        Bin(float(confidence[idx].mean()), float(correct[idx].mean()), len(idx))
+        for idx in np.array_split(order, min(bins, len(order)))
+        if len(idx)
+    ]
 
 
 def ece(probs, labels, bins: int = DEFAULT_BINS) -> float:

@@ -67,8 +67,14 @@ class ModelFormat:
         mask = tokenizer.mask_token_id
         if noise == "mask" and mask is None:
             raise ValueError("a masked diffusion model needs a tokenizer with a mask token")
-        return cls(noise, int(vocab_size or len(tokenizer)), int(pad), int(turn_close), head,
-                   None if mask is None else int(mask))
+        return cls(
+            noise,
+            int(vocab_size or len(tokenizer)),
+            int(pad),
+            int(turn_close),
+            head,
+            None if mask is None else int(mask),
+        )
 
 
 @dataclass(frozen=True)
@@ -135,13 +141,20 @@ def system_text(schema: Schema) -> str:
         parts.append(schema.instructions)
     for q in schema.questions:
         parts.append("\n".join([f"Question {q.id}: {q.instructions}"] + ["  " + line for line in option_lines(q)]))
-    parts.append("Reply in exactly this format, writing one label in place of each <question id>:\n"
-                 + schema.template.display())
+    parts.append(
+        "Reply in exactly this format, writing one label in place of each <question id>:\n" + schema.template.display()
+    )
     return "\n\n".join(parts)
 
 
-def resolve_layout(tokenizer: Any, fmt: ModelFormat, template: Template, questions: Sequence[Question],
-                   max_width: int, head_ids: Sequence[int] | None = None) -> Layout:
+def resolve_layout(
+    tokenizer: Any,
+    fmt: ModelFormat,
+    template: Template,
+    questions: Sequence[Question],
+    max_width: int,
+    head_ids: Sequence[int] | None = None,
+) -> Layout:
     """Find each question's slot: the one position where swapping its labels changes one token."""
     head = list(fmt.head_ids if head_ids is None else head_ids)
 
@@ -169,11 +182,12 @@ def resolve_layout(tokenizer: Any, fmt: ModelFormat, template: Template, questio
                 f"labels {', '.join(q.labels[:1] + tuple(bad))} do not each fill exactly one token at one slot "
                 f"position in this template (the tokenizer merges them with the text around {{{q.id}}}); "
                 f"put a space or punctuation on both sides of the slot",
-                question=q.id, field="template")
+                question=q.id,
+                field="template",
+            )
         ids[0] = base[position]
         if len(set(ids)) != len(ids):
-            raise SchemaError(f"two labels share one token id in this template: {ids}", question=q.id,
-                              field="template")
+            raise SchemaError(f"two labels share one token id in this template: {ids}", question=q.id, field="template")
         slots[q.id] = position
         label_ids[q.id] = tuple(int(t) for t in ids)  # type: ignore[arg-type]
     used = len(base) + 1  # the template plus the turn-close token
@@ -182,7 +196,8 @@ def resolve_layout(tokenizer: Any, fmt: ModelFormat, template: Template, questio
         raise SchemaError(
             f"the reply needs {used} canvas tokens (head, template and turn close) but the served canvas "
             f"holds {max_width}; shorten the template or the labels' surrounding text, or serve a wider canvas",
-            field="template")
+            field="template",
+        )
     clear = base + [fmt.turn_close_id] + [fmt.pad_id] * (width - used)
     return Layout(tuple(clear), slots, label_ids, width, used)
 
@@ -205,8 +220,14 @@ def fill_noise(layout: Layout, fmt: ModelFormat, seed: int) -> tuple[int, ...]:
 class CanvasBuilder:
     """Turns (schema, state) into canvases for one tokenizer and model family."""
 
-    def __init__(self, tokenizer: Any, fmt: ModelFormat, max_width: int = DEFAULT_MAX_WIDTH,
-                 chat_template_kwargs: dict[str, Any] | None = None, max_prompt_tokens: int | None = None):
+    def __init__(
+        self,
+        tokenizer: Any,
+        fmt: ModelFormat,
+        max_width: int = DEFAULT_MAX_WIDTH,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        max_prompt_tokens: int | None = None,
+    ):
         if max_width < WIDTH_STEP or max_width % WIDTH_STEP:
             raise ValueError(f"the served canvas must be a multiple of {WIDTH_STEP} tokens, not {max_width}")
         self.tokenizer = tokenizer
@@ -240,16 +261,25 @@ class CanvasBuilder:
     def prompt_ids(self, messages: Sequence[dict[str, str]]) -> tuple[int, ...]:
         # Render then tokenize without special tokens: the rendered text already holds <bos>, and this
         # is how an OpenAI-compatible server turns chat messages into prompt ids.
-        text = self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True,
-                                                  **self.chat_template_kwargs)
+        text = self.tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+        )
         return tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def build(self, schema: Schema, state: Any, seed: int) -> Canvas:
         layout = self.layout(schema)
         text, truncated = self.fit_state(schema, render_state(state))
         messages = self.messages(schema, text)
-        return Canvas(messages, self.prompt_ids(messages), fill_noise(layout, self.format, seed),
-                      layout.slots, layout.label_ids, seed, layout.reply_tokens, truncated)
+        return Canvas(
+            messages,
+            self.prompt_ids(messages),
+            fill_noise(layout, self.format, seed),
+            layout.slots,
+            layout.label_ids,
+            seed,
+            layout.reply_tokens,
+            truncated,
+        )
 
     def fit_state(self, schema: Schema, text: str) -> tuple[str, dict[str, int] | None]:
         """The state's text cut to what the model's context holds beside the system prompt, and, when it
@@ -259,12 +289,15 @@ class CanvasBuilder:
             return text, None
         budget = self.max_prompt_tokens - self._overhead(schema) - CUT_MARGIN_TOKENS
         if budget < 1:
-            raise SchemaError(f"the questions and instructions alone fill the model's context of "
-                              f"{self.max_prompt_tokens} prompt tokens; shorten them, or use a model with a "
-                              f"longer context", field="instructions")
+            raise SchemaError(
+                f"the questions and instructions alone fill the model's context of "
+                f"{self.max_prompt_tokens} prompt tokens; shorten them, or use a model with a "
+                f"longer context",
+                field="instructions",
+            )
         if len(text.encode("utf-8")) <= budget:  # no tokenizer makes more tokens than UTF-8 bytes
             return text, None
-        head = text[:budget * MAX_CHARS_PER_TOKEN]
+        head = text[: budget * MAX_CHARS_PER_TOKEN]
         kept = self._prefix_chars(head, budget)
         if kept == len(text):
             return text, None

@@ -61,8 +61,16 @@ def _load_schema(path: str):
 
 
 def _engine(args: argparse.Namespace):
-    chosen = choose_engine(EngineChoice(kind=args.engine, url=args.url, model=args.model, tokenizer=args.tokenizer,
-                                        canvas_length=args.canvas, api_key=os.environ.get("DIFFJEV_VLLM_API_KEY")))
+    chosen = choose_engine(
+        EngineChoice(
+            kind=args.engine,
+            url=args.url,
+            model=args.model,
+            tokenizer=args.tokenizer,
+            canvas_length=args.canvas,
+            api_key=os.environ.get("DIFFJEV_VLLM_API_KEY"),
+        )
+    )
     print(f"# engine: {chosen.description}", file=sys.stderr)
     return chosen.engine
 
@@ -127,8 +135,17 @@ def cmd_import(args: argparse.Namespace) -> None:
     from diffjev.services.importing import import_items
 
     context = [c for c in args.context.split(",") if c] if args.context is not None else None
-    report = import_items(_db(args), args.project, args.source, text_field=args.text_field, id_field=args.id_field,
-                          context_fields=context, split=args.split, actor=args.user, max_chars=args.max_chars)
+    report = import_items(
+        _db(args),
+        args.project,
+        args.source,
+        text_field=args.text_field,
+        id_field=args.id_field,
+        context_fields=context,
+        split=args.split,
+        actor=args.user,
+        max_chars=args.max_chars,
+    )
     print(report.summary())
 
 
@@ -161,13 +178,22 @@ def cmd_prelabel(args: argparse.Namespace) -> None:
         bar.set_postfix(failed=p.failed)
 
     try:
-        report = prelabel(db, args.project, engine, run_id=run_id, only_unlabeled=args.only_unlabeled,
-                          seed=args.seed, batch_items=args.batch, actor=args.user, progress=progress, cancel=cancel)
+        report = prelabel(
+            db,
+            args.project,
+            engine,
+            run_id=run_id,
+            only_unlabeled=args.only_unlabeled,
+            seed=args.seed,
+            batch_items=args.batch,
+            actor=args.user,
+            progress=progress,
+            cancel=cancel,
+        )
     finally:
         bar.close()
         engine.close()
-    print(f"run {report.run_id} {report.status}: {report.read} read, {report.failed} failed, "
-          f"{report.seconds:.1f} s")
+    print(f"run {report.run_id} {report.status}: {report.read} read, {report.failed} failed, {report.seconds:.1f} s")
     for item_id, external_id, error in report.failures[:20]:
         print(f"  failed item {external_id or item_id}: {error}")
     if report.error:
@@ -182,9 +208,19 @@ def cmd_export(args: argparse.Namespace) -> None:
     from diffjev.services.exporting import export_project
 
     token = args.hf_token or os.environ.get("HF_TOKEN")
-    count = export_project(_db(args), args.project, args.out, args.format, run_id=args.run, annotator=args.annotator,
-                           reviewed_only=not args.all, actor=args.user, push_to_hub=args.push_to_hub, token=token,
-                           csv_escape=False if args.no_csv_escape else None)
+    count = export_project(
+        _db(args),
+        args.project,
+        args.out,
+        args.format,
+        run_id=args.run,
+        annotator=args.annotator,
+        reviewed_only=not args.all,
+        actor=args.user,
+        push_to_hub=args.push_to_hub,
+        token=token,
+        csv_escape=False if args.no_csv_escape else None,
+    )
     print(f"wrote {count} items to {args.out}" + (f" and pushed to {args.push_to_hub}" if args.push_to_hub else ""))
 
 
@@ -201,17 +237,31 @@ def cmd_stats(args: argparse.Namespace) -> None:
     for qid, key in questions.items():
         print(f"  {key}: {stats['answered'].get(qid, 0)} answered")
     for run in stats["runs"]:
-        print(f"  run {run['id']}: {run['engine']} {run['model_name']} {run['status']}, "
-              f"{run['counts'].get('ok', 0)} read, {run['counts'].get('failed', 0)} failed")
+        print(
+            f"  run {run['id']}: {run['engine']} {run['model_name']} {run['status']}, "
+            f"{run['counts'].get('ok', 0)} read, {run['counts'].get('failed', 0)} failed"
+        )
 
 
 def vllm_command(args: argparse.Namespace) -> list[str]:
     """`vllm serve` with what structured reads need: the canvas, logprobs for the top-20 plus labels,
     prefix caching (every read of a project shares its system prompt) and async scheduling (narrow
     canvases below the served width)."""
-    command = ["vllm", "serve", args.model, "--port", str(args.port), "--host", args.host,
-               "--diffusion-config", json.dumps({"canvas_length": args.canvas}), "--max-logprobs", "32",
-               "--enable-prefix-caching", "--async-scheduling"]
+    command = [
+        "vllm",
+        "serve",
+        args.model,
+        "--port",
+        str(args.port),
+        "--host",
+        args.host,
+        "--diffusion-config",
+        json.dumps({"canvas_length": args.canvas}),
+        "--max-logprobs",
+        "32",
+        "--enable-prefix-caching",
+        "--async-scheduling",
+    ]
     if args.served_model_name:
         command += ["--served-model-name", args.served_model_name]
     if args.api_key:
@@ -231,15 +281,19 @@ def _shown_command(command: list[str]) -> str:
 def cmd_serve_model(args: argparse.Namespace) -> None:
     if args.backend == "vllm":
         if args.tiny or not args.model:
-            raise UserError("serve-model --backend vllm needs --model (a DiffusionGemma name or folder); "
-                            "--tiny runs with --backend transformers")
+            raise UserError(
+                "serve-model --backend vllm needs --model (a DiffusionGemma name or folder); "
+                "--tiny runs with --backend transformers"
+            )
         command = vllm_command(args)
         if args.dry_run:
             print(_shown_command(command))
             return
         if shutil.which("vllm") is None:
-            raise UserError("vllm is not installed here. On a GPU host: pip install 'diffjev[vllm]'; on a CPU, "
-                            "serve the model in-process with --backend transformers")
+            raise UserError(
+                "vllm is not installed here. On a GPU host: pip install 'diffjev[vllm]'; on a CPU, "
+                "serve the model in-process with --backend transformers"
+            )
         os.execvp(command[0], command)
     _serve_transformers(args)
 
@@ -261,8 +315,14 @@ def _serve_transformers(args: argparse.Namespace) -> None:
         name = args.served_model_name or args.model
     else:
         raise UserError("give --model PATH_OR_NAME, or --tiny for a random-weight test model")
-    app = create_app(engine, name, canvas_length=args.canvas, service_latency_s=args.service_latency_ms / 1000,
-                     memoize=args.memoize, api_key=args.api_key)
+    app = create_app(
+        engine,
+        name,
+        canvas_length=args.canvas,
+        service_latency_s=args.service_latency_ms / 1000,
+        memoize=args.memoize,
+        api_key=args.api_key,
+    )
     guard = "every request needs the API key" if args.api_key else "no API key: it answers anyone who reaches it"
     print(f"# serving {name} on http://{args.host}:{args.port} (vLLM wire format; {guard})", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
@@ -275,20 +335,31 @@ def _positive_int(text: str) -> int:
 
 
 def _engine_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engine", default="auto", choices=ENGINE_CHOICES,
-                   help="auto: a vLLM server if DIFFJEV_VLLM_URL is set, else DIFFJEV_MODEL in-process, "
-                        "else the offline autoregressive fallback")
+    p.add_argument(
+        "--engine",
+        default="auto",
+        choices=ENGINE_CHOICES,
+        help="auto: a vLLM server if DIFFJEV_VLLM_URL is set, else DIFFJEV_MODEL in-process, "
+        "else the offline autoregressive fallback",
+    )
     p.add_argument("--url", help="server URL for the vllm and jev engines (default: $DIFFJEV_VLLM_URL)")
-    p.add_argument("--model", help="served model name (vllm, jev; default $DIFFJEV_VLLM_MODEL) or a folder / "
-                                   "Hub name (transformers, autoregressive; default $DIFFJEV_MODEL)")
+    p.add_argument(
+        "--model",
+        help="served model name (vllm, jev; default $DIFFJEV_VLLM_MODEL) or a folder / "
+        "Hub name (transformers, autoregressive; default $DIFFJEV_MODEL)",
+    )
     p.add_argument("--tokenizer", help="tokenizer folder or Hub name, when it differs from the model")
     p.add_argument("--canvas", type=int, default=DEFAULT_CANVAS, help="the served canvas width (default 64)")
     p.add_argument("--seed", type=int, default=42, help="noise seed (default 42)")
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="diffjev", description="Structured reads for model-assisted labeling.",
-                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    top = argparse.ArgumentParser(
+        prog="diffjev",
+        description="Structured reads for model-assisted labeling.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
     sub = top.add_subparsers(dest="command", required=True)
 
     def command(name: str, func, help: str, db: bool = True) -> argparse.ArgumentParser:
@@ -310,8 +381,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("users", nargs="?", help="user1,user2: the only users who may open the project in the studio")
     p.add_argument("--open", action="store_true", help="let every user who can log in open the project")
 
-    command("hash-password", cmd_hash_password, "print a password's scrypt hash, for DIFFJEV_USERS=user:HASH "
-            "(reads the password from the terminal or the first line of stdin)", db=False)
+    command(
+        "hash-password",
+        cmd_hash_password,
+        "print a password's scrypt hash, for DIFFJEV_USERS=user:HASH "
+        "(reads the password from the terminal or the first line of stdin)",
+        db=False,
+    )
 
     p = command("import", cmd_import, "import items from CSV, JSONL, Parquet or a Hugging Face dataset")
     p.add_argument("--project", required=True)
@@ -320,8 +396,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--id-field", help="a column that identifies items; re-imports key on it (else on content)")
     p.add_argument("--context", help="comma-separated columns to keep as context (default: all others)")
     p.add_argument("--split", default="train", help="dataset split (default: train)")
-    p.add_argument("--max-chars", type=_positive_int, metavar="N",
-                   help="reject items whose text is longer (default: $DIFFJEV_MAX_ITEM_CHARS, else 100000)")
+    p.add_argument(
+        "--max-chars",
+        type=_positive_int,
+        metavar="N",
+        help="reject items whose text is longer (default: $DIFFJEV_MAX_ITEM_CHARS, else 100000)",
+    )
 
     p = command("prelabel", cmd_prelabel, "pre-label a project's items through an engine")
     p.add_argument("--project", required=True)
@@ -339,10 +419,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="every item, not only those with a human answer")
     p.add_argument("--push-to-hub", metavar="REPO", help="also push the hf export to this Hub dataset repo")
     p.add_argument("--hf-token", help="Hub token for --push-to-hub (default: $HF_TOKEN)")
-    p.add_argument("--no-csv-escape", action="store_true",
-                   help="csv: write cells starting with = + - @ tab or CR as they are, without the leading ' that "
-                        "keeps spreadsheets from running them as formulas (default: escaped, unless "
-                        "DIFFJEV_CSV_ESCAPE=0)")
+    p.add_argument(
+        "--no-csv-escape",
+        action="store_true",
+        help="csv: write cells starting with = + - @ tab or CR as they are, without the leading ' that "
+        "keeps spreadsheets from running them as formulas (default: escaped, unless "
+        "DIFFJEV_CSV_ESCAPE=0)",
+    )
 
     p = command("stats", cmd_stats, "counts of items, answers and runs")
     p.add_argument("--project", required=True)
@@ -353,9 +436,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("states", nargs="*", help="texts or JSON; default: one per line of stdin")
 
     p = command("serve-model", cmd_serve_model, "serve a diffusion model for structured reads", db=False)
-    p.add_argument("--backend", choices=("vllm", "transformers"), default="vllm",
-                   help="vllm: exec `vllm serve` with the structured-read flags (needs vllm and a GPU); "
-                        "transformers: serve vLLM's wire format from an in-process model (CPU is fine)")
+    p.add_argument(
+        "--backend",
+        choices=("vllm", "transformers"),
+        default="vllm",
+        help="vllm: exec `vllm serve` with the structured-read flags (needs vllm and a GPU); "
+        "transformers: serve vLLM's wire format from an in-process model (CPU is fine)",
+    )
     p.add_argument("--model", help="a DiffusionGemma (or, for transformers, masked-LM) folder or Hub name")
     p.add_argument("--tokenizer")
     p.add_argument("--tiny", action="store_true", help="a tiny random-weight DiffusionGemma (transformers backend)")
@@ -363,13 +450,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--canvas", type=int, default=DEFAULT_CANVAS)
-    p.add_argument("--service-latency-ms", type=float, default=0.0,
-                   help="transformers backend: a fixed wait per request, standing in for a GPU in benchmarks")
-    p.add_argument("--memoize", action="store_true",
-                   help="transformers backend: answer a seeded read asked before from memory (benchmarks)")
-    p.add_argument("--api-key", default=os.environ.get("VLLM_API_KEY") or None,
-                   help="answer only requests with 'Authorization: Bearer KEY', on every route, as vLLM's "
-                        "--api-key (default: $VLLM_API_KEY); the client sends $DIFFJEV_VLLM_API_KEY")
+    p.add_argument(
+        "--service-latency-ms",
+        type=float,
+        default=0.0,
+        help="transformers backend: a fixed wait per request, standing in for a GPU in benchmarks",
+    )
+    p.add_argument(
+        "--memoize",
+        action="store_true",
+        help="transformers backend: answer a seeded read asked before from memory (benchmarks)",
+    )
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("VLLM_API_KEY") or None,
+        help="answer only requests with 'Authorization: Bearer KEY', on every route, as vLLM's "
+        "--api-key (default: $VLLM_API_KEY); the client sends $DIFFJEV_VLLM_API_KEY",
+    )
     p.add_argument("--dry-run", action="store_true", help="vllm backend: print the command instead of running it")
     return top
 
@@ -383,8 +480,17 @@ def main(argv: list[str] | None = None) -> None:
         args.backend = "transformers"  # --tiny alone means the in-process server
     try:
         args.func(args)
-    except (UserError, SchemaError, EngineError, ModelLoadError, SourceError, ExportError, NotFound, Conflict,
-            StaleWrite) as exc:
+    except (
+        UserError,
+        SchemaError,
+        EngineError,
+        ModelLoadError,
+        SourceError,
+        ExportError,
+        NotFound,
+        Conflict,
+        StaleWrite,
+    ) as exc:
         print(f"diffjev {args.command}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 

@@ -70,11 +70,19 @@ class Answer:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "question_id": self.question_id, "kind": self.kind, "answer": self.answer,
-            "probabilities": dict(self.probabilities), "confidence": self.confidence,
-            "entropy": self.entropy, "margin": self.margin, "label_mass": self.label_mass,
-            "draws": self.draws, "stderr": self.stderr, "agreement": self.agreement,
-            "argmax_is_label": self.argmax_is_label, "draw_entropies": list(self.draw_entropies),
+            "question_id": self.question_id,
+            "kind": self.kind,
+            "answer": self.answer,
+            "probabilities": dict(self.probabilities),
+            "confidence": self.confidence,
+            "entropy": self.entropy,
+            "margin": self.margin,
+            "label_mass": self.label_mass,
+            "draws": self.draws,
+            "stderr": self.stderr,
+            "agreement": self.agreement,
+            "argmax_is_label": self.argmax_is_label,
+            "draw_entropies": list(self.draw_entropies),
             "value": self.value,
         }
 
@@ -83,15 +91,26 @@ class Answer:
         probs = list(self.probabilities.values())
         confidence = self.full_vocab_confidence
         if self.kind == "yes_no":
-            return {"type": "noul", "noul": self.probabilities["yes"],
-                    "probabilities": {"yes": self.probabilities["yes"], "no": self.probabilities["no"]},
-                    "confidence": confidence}
+            return {
+                "type": "noul",
+                "noul": self.probabilities["yes"],
+                "probabilities": {"yes": self.probabilities["yes"], "no": self.probabilities["no"]},
+                "confidence": confidence,
+            }
         if self.kind == "choice":
-            return {"type": "choice", "choice": self.answer, "probabilities": dict(self.probabilities),
-                    "confidence": confidence}
-        return {"type": "score", "score": self.value,
-                "legend": {str(i): name for i, name in enumerate(question.names)},
-                "probabilities": {str(i): p for i, p in enumerate(probs)}, "confidence": confidence}
+            return {
+                "type": "choice",
+                "choice": self.answer,
+                "probabilities": dict(self.probabilities),
+                "confidence": confidence,
+            }
+        return {
+            "type": "score",
+            "score": self.value,
+            "legend": {str(i): name for i, name in enumerate(question.names)},
+            "probabilities": {str(i): p for i, p in enumerate(probs)},
+            "confidence": confidence,
+        }
 
 
 @dataclass
@@ -107,8 +126,9 @@ class Decision:
         return {qid: a.to_jev(self.schema.question(qid)) for qid, a in self.answers.items()}
 
     def jev_diagnostics(self) -> dict[str, dict[str, Any]]:
-        return {qid: {"label_mass": a.label_mass, "argmax_is_label": a.argmax_is_label}
-                for qid, a in self.answers.items()}
+        return {
+            qid: {"label_mass": a.label_mass, "argmax_is_label": a.argmax_is_label} for qid, a in self.answers.items()
+        }
 
 
 def entropy(probs: Sequence[float]) -> float:
@@ -170,8 +190,9 @@ def aggregate(question: Question, draws: Sequence[SlotDistribution]) -> Answer:
     )
 
 
-def decide(schema: Schema, reads: Sequence[Mapping[str, SlotRead]],
-           label_ids: Mapping[str, Sequence[int]]) -> dict[str, Answer]:
+def decide(
+    schema: Schema, reads: Sequence[Mapping[str, SlotRead]], label_ids: Mapping[str, Sequence[int]]
+) -> dict[str, Answer]:
     """Answers for every question from one or more reads (noise draws) of the same canvas layout."""
     answers = {}
     for q in schema.questions:

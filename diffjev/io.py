@@ -90,8 +90,10 @@ def source_format(source: Any) -> str:
         return "parquet"
     if path.is_dir() or not path.suffix:
         return "hf"  # a dataset saved with save_to_disk, or a Hub dataset name
-    raise SourceError(f"cannot import {source}: use a .csv, .jsonl or .parquet file, a Hugging Face dataset "
-                       f"folder or name, or a pandas DataFrame")
+    raise SourceError(
+        f"cannot import {source}: use a .csv, .jsonl or .parquet file, a Hugging Face dataset "
+        f"folder or name, or a pandas DataFrame"
+    )
 
 
 @dataclass(frozen=True)
@@ -102,23 +104,31 @@ class Limits:
     max_id_chars: int | None = None
 
 
-def read_rows(source: Any, text_field: str = "text", id_field: str | None = None,
-              context_fields: Sequence[str] | None = None, split: str = "train",
-              limits: Limits = Limits()) -> Iterator[Row | Rejected]:
+def read_rows(
+    source: Any,
+    text_field: str = "text",
+    id_field: str | None = None,
+    context_fields: Sequence[str] | None = None,
+    split: str = "train",
+    limits: Limits = Limits(),
+) -> Iterator[Row | Rejected]:
     """Rows of a source, each either a Row to import or the reason it was rejected."""
     records = _records(source, source_format(source), split)
     columns = next(records)  # every reader yields its column names first (None when rows may differ)
     if columns is not None:
-        _check_column_names(source, columns, [text_field, id_field, *(context_fields or ())]
-                            if context_fields is not None else columns)
+        _check_column_names(
+            source, columns, [text_field, id_field, *(context_fields or ())] if context_fields is not None else columns
+        )
         for needed, flag in ((text_field, "the text field"), (id_field, "the id field")):
             if needed is not None and needed not in columns:
-                raise SourceError(f"{source}: no column {needed!r} for {flag}; its columns are "
-                                   f"{', '.join(map(str, columns))}")
+                raise SourceError(
+                    f"{source}: no column {needed!r} for {flag}; its columns are {', '.join(map(str, columns))}"
+                )
         for name in context_fields or ():
             if name not in columns:
-                raise SourceError(f"{source}: no context column {name!r}; its columns are "
-                                   f"{', '.join(map(str, columns))}")
+                raise SourceError(
+                    f"{source}: no context column {name!r}; its columns are {', '.join(map(str, columns))}"
+                )
     for line, record in records:
         if isinstance(record, Rejected):
             yield record
@@ -131,9 +141,11 @@ def _check_column_names(source: Any, columns: Sequence[Any], used: Sequence[Any]
     could be stored; the header is named instead of rejecting every row."""
     for position, name in enumerate(columns, start=1):
         if name in used and isinstance(name, str) and _undecodable(name):
-            raise SourceError(f"{source}: line 1, the header: column {position} ({name!r}) has bytes that are "
-                              f"not UTF-8; save the file as UTF-8, or leave that column out of the context "
-                              f"columns")
+            raise SourceError(
+                f"{source}: line 1, the header: column {position} ({name!r}) has bytes that are "
+                f"not UTF-8; save the file as UTF-8, or leave that column out of the context "
+                f"columns"
+            )
 
 
 def peek(source: Any, rows: int = 5, split: str = "train") -> tuple[list[str], list[dict[str, Any]]]:
@@ -155,15 +167,26 @@ def _records(source: Any, fmt: str, split: str) -> Iterator[Any]:
     """A reader over the source: its column names first (None when rows may differ), then (line, record)."""
     if fmt in ("csv", "jsonl", "parquet") and not Path(source).is_file():
         raise SourceError(f"no file at {source}")
-    readers = {"csv": _csv_records, "jsonl": _jsonl_records, "parquet": _parquet_records,
-               "dataframe": _dataframe_records, "dataset": _dataset_records,
-               "hf": lambda s: _dataset_records(load_hf_dataset(s, split)),
-               "hub": lambda s: _dataset_records(load_hf_dataset(s, split))}
+    readers = {
+        "csv": _csv_records,
+        "jsonl": _jsonl_records,
+        "parquet": _parquet_records,
+        "dataframe": _dataframe_records,
+        "dataset": _dataset_records,
+        "hf": lambda s: _dataset_records(load_hf_dataset(s, split)),
+        "hub": lambda s: _dataset_records(load_hf_dataset(s, split)),
+    }
     return readers[fmt](source)
 
 
-def _row(line: int, record: Any, text_field: str, id_field: str | None,
-         context_fields: Sequence[str] | None, limits: Limits = Limits()) -> Row | Rejected:
+def _row(
+    line: int,
+    record: Any,
+    text_field: str,
+    id_field: str | None,
+    context_fields: Sequence[str] | None,
+    limits: Limits = Limits(),
+) -> Row | Rejected:
     if not isinstance(record, dict):
         return Rejected(line, "not an object with named fields")
     text = record.get(text_field)
@@ -174,15 +197,21 @@ def _row(line: int, record: Any, text_field: str, id_field: str | None,
     text = str(text)
     if not text.strip():
         return Rejected(line, f"empty text in field {text_field!r}")
-    problem = _text_problem(text, "text", text_field, limits.max_text_chars,
-                            "shorten or split the item, or raise the limit (--max-chars, DIFFJEV_MAX_ITEM_CHARS)")
+    problem = _text_problem(
+        text,
+        "text",
+        text_field,
+        limits.max_text_chars,
+        "shorten or split the item, or raise the limit (--max-chars, DIFFJEV_MAX_ITEM_CHARS)",
+    )
     if problem:
         return Rejected(line, problem)
     external = record.get(id_field) if id_field else None
     external = None if external is None or str(external).strip() == "" else str(external)
     if external is not None:
-        problem = _text_problem(external, "id", id_field, limits.max_id_chars,
-                                "the items table holds no longer id; shorten it")
+        problem = _text_problem(
+            external, "id", id_field, limits.max_id_chars, "the items table holds no longer id; shorten it"
+        )
         if problem:
             return Rejected(line, problem)
     names = context_fields if context_fields is not None else [k for k in record if k not in (text_field, id_field)]
@@ -195,20 +224,24 @@ def _row(line: int, record: Any, text_field: str, id_field: str | None,
     return Row(line, text, external, fields)
 
 
-def _text_problem(value: str, kind: str, field_name: str | None, max_chars: int | None,
-                  over_limit_fix: str) -> str | None:
+def _text_problem(
+    value: str, kind: str, field_name: str | None, max_chars: int | None, over_limit_fix: str
+) -> str | None:
     """Why a text or id cannot be stored as it is, or None."""
     if _undecodable(value):
         return "bytes that are not UTF-8"
     if _SURROGATE.search(value):
-        return (f"a lone surrogate escape (such as \\ud800) in the {kind} field {field_name!r} is not valid "
-                f"Unicode; write the whole surrogate pair or remove it")
+        return (
+            f"a lone surrogate escape (such as \\ud800) in the {kind} field {field_name!r} is not valid "
+            f"Unicode; write the whole surrogate pair or remove it"
+        )
     if "\x00" in value:
-        return (f"a NUL character in the {kind} field {field_name!r}; remove it (databases cannot store it in "
-                f"text)")
+        return f"a NUL character in the {kind} field {field_name!r}; remove it (databases cannot store it in text)"
     if max_chars is not None and len(value) > max_chars:
-        return (f"the {kind} field {field_name!r} has {len(value):,} characters, over the limit of {max_chars:,}; "
-                f"{over_limit_fix}")
+        return (
+            f"the {kind} field {field_name!r} has {len(value):,} characters, over the limit of {max_chars:,}; "
+            f"{over_limit_fix}"
+        )
     return None
 
 
@@ -264,7 +297,7 @@ def _undecodable(text: str) -> bool:
 
 
 def _csv_records(path: Any) -> Iterator[Any]:
-    csv.field_size_limit(min(sys.maxsize, 2 ** 31 - 1))
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     # surrogateescape keeps reading past bytes that are not UTF-8, so the row holding them can be named
     with open(path, newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
         reader = csv.reader(f)
@@ -320,7 +353,7 @@ def _parquet_records(path: Any) -> Iterator[Any]:
 def _dataframe_records(frame: Any) -> Iterator[Any]:
     yield [str(c) for c in frame.columns]
     for start in range(0, len(frame), SLICE_ROWS):
-        for offset, record in enumerate(frame.iloc[start:start + SLICE_ROWS].to_dict("records")):
+        for offset, record in enumerate(frame.iloc[start : start + SLICE_ROWS].to_dict("records")):
             yield start + offset + 1, {str(k): v for k, v in record.items()}
 
 
@@ -368,6 +401,7 @@ def load_hf_dataset(source: Any, split: str = "train") -> Any:
 
 # Writing ------------------------------------------------------------------------------------------------
 
+
 class ExportError(Exception):
     """An export that could not be written (a full disk, a folder that cannot be written); nothing was
     left under the export's name."""
@@ -376,7 +410,7 @@ class ExportError(Exception):
 def _sweep_partials(target: Path) -> None:
     """Remove what killed exports to `target` left behind: their temporary files carry the writer's pid."""
     for leftover in target.parent.glob(f".{glob.escape(target.name)}.*.partial"):
-        pid = leftover.name[len(target.name) + 2:].split(".", 1)[0]
+        pid = leftover.name[len(target.name) + 2 :].split(".", 1)[0]
         if not pid.isdigit() or _alive(int(pid)):
             continue
         shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
@@ -451,8 +485,9 @@ def _write_csv_rows(writer: Any, rows: Iterable[Sequence[Any]], escape: bool) ->
     writer.writerows([csv_cell(v, escape) for v in row] for row in rows)
 
 
-def write_csv(target: str | os.PathLike, columns: Sequence[str], rows: Iterable[Sequence[Any]],
-              escape: bool = True) -> None:
+def write_csv(
+    target: str | os.PathLike, columns: Sequence[str], rows: Iterable[Sequence[Any]], escape: bool = True
+) -> None:
     """A small table as CSV, atomically, with the same cells as the CSV export (see csv_cell)."""
     with atomic_path(target) as temp:
         with open(temp, "w", encoding="utf-8", newline="") as f:
@@ -461,8 +496,14 @@ def write_csv(target: str | os.PathLike, columns: Sequence[str], rows: Iterable[
             _write_csv_rows(writer, rows, escape)
 
 
-def write_export(batches: Iterable[dict[str, list]], target: str | os.PathLike, fmt: str, arrow_schema: Any,
-                 on_batch: Callable[[int], None] | None = None, csv_escape: bool = True) -> int:
+def write_export(
+    batches: Iterable[dict[str, list]],
+    target: str | os.PathLike,
+    fmt: str,
+    arrow_schema: Any,
+    on_batch: Callable[[int], None] | None = None,
+    csv_escape: bool = True,
+) -> int:
     """Write column batches ({column: values}, in `arrow_schema`'s column order) to `target` atomically;
     returns the number of records. Columns, not records: a batch goes to Arrow with no per-row work."""
     if fmt not in FORMATS:
@@ -475,12 +516,20 @@ def write_export(batches: Iterable[dict[str, list]], target: str | os.PathLike, 
         if not full and exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EROFS):
             raise
         reason = "no space left on device" if full or exc.errno == errno.ENOSPC else exc.strerror
-        raise ExportError(f"the export could not be written to {target}: {reason}. Nothing was written under "
-                          f"that name; free some space or choose another folder") from None
+        raise ExportError(
+            f"the export could not be written to {target}: {reason}. Nothing was written under "
+            f"that name; free some space or choose another folder"
+        ) from None
 
 
-def _write_export(batches: Iterable[dict[str, list]], target: str | os.PathLike, fmt: str, arrow_schema: Any,
-                  on_batch: Callable[[int], None] | None, csv_escape: bool) -> int:
+def _write_export(
+    batches: Iterable[dict[str, list]],
+    target: str | os.PathLike,
+    fmt: str,
+    arrow_schema: Any,
+    on_batch: Callable[[int], None] | None,
+    csv_escape: bool,
+) -> int:
     names = list(arrow_schema.names)
     count = 0
     with atomic_path(target, directory=fmt == "hf") as temp:

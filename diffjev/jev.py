@@ -28,14 +28,18 @@ def check_upstream_limits(schema: Schema) -> None:
     """vLLM's API labels scores 0..9 only; a longer scale cannot be sent to it."""
     for q in schema.questions:
         if q.kind == "score" and len(q.alternatives) > UPSTREAM_SCORE_LEVELS:
-            raise SchemaError(f"the Jev API allows at most {UPSTREAM_SCORE_LEVELS} score levels",
-                              question=q.id, field="levels")
+            raise SchemaError(
+                f"the Jev API allows at most {UPSTREAM_SCORE_LEVELS} score levels", question=q.id, field="levels"
+            )
 
 
 def question_messages(question: Question, state: Any, instructions: str = "") -> tuple[dict[str, str], ...]:
     lines = option_lines(question, separator=": ", describe=" - {}")
-    user = f"{render_state(state)}\n\nQuestion: {question.instructions}\n" + "\n".join(lines) + \
-        f"\n{REPLY_INSTRUCTIONS[question.kind]}"
+    user = (
+        f"{render_state(state)}\n\nQuestion: {question.instructions}\n"
+        + "\n".join(lines)
+        + f"\n{REPLY_INSTRUCTIONS[question.kind]}"
+    )
     messages = [{"role": "user", "content": user}]
     if instructions:
         messages.insert(0, {"role": "system", "content": instructions})
@@ -47,8 +51,9 @@ def question_canvas(builder: CanvasBuilder, question: Question, state: Any, inst
     fmt = builder.format
     messages = question_messages(question, state, instructions)
     prompt = builder.prompt_ids(messages) + fmt.head_ids
-    layout = resolve_layout(builder.tokenizer, fmt, Template.parse("{%s}" % question.id), [question],
-                            max_width=WIDTH_STEP, head_ids=())
+    layout = resolve_layout(
+        builder.tokenizer, fmt, Template.parse("{%s}" % question.id), [question], max_width=WIDTH_STEP, head_ids=()
+    )
     ids = list(layout.clear_ids)
     slot = layout.slots[question.id]
     if fmt.noise == "mask":
@@ -56,5 +61,6 @@ def question_canvas(builder: CanvasBuilder, question: Question, state: Any, inst
     else:
         digest = hashlib.sha256(",".join(map(str, prompt)).encode()).digest()
         ids[slot] = random.Random(int.from_bytes(digest[:8], "big")).randrange(fmt.vocab_size)
-    return Canvas(messages, tuple(prompt), tuple(ids), layout.slots, layout.label_ids, seed=0,
-                  reply_tokens=layout.reply_tokens)
+    return Canvas(
+        messages, tuple(prompt), tuple(ids), layout.slots, layout.label_ids, seed=0, reply_tokens=layout.reply_tokens
+    )

@@ -15,7 +15,8 @@ from typing import Any
 GEMMA_CHAT_TEMPLATE = (
     "{{ bos_token }}"
     "{% set ns = namespace(system='') %}"
-    "{% for m in messages %}{% if m['role'] == 'system' %}{% set ns.system = m['content'] + '\n\n' %}{% endif %}{% endfor %}"
+    "{% for m in messages %}{% if m['role'] == 'system' %}"
+    "{% set ns.system = m['content'] + '\n\n' %}{% endif %}{% endfor %}"
     "{% set first = namespace(done=false) %}"
     "{% for m in messages %}{% if m['role'] != 'system' %}"
     "<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
@@ -68,7 +69,8 @@ def from_pretrained(loader: Any, spec: str, what: str, **kwargs: Any) -> Any:
     if why is not None:
         raise ModelLoadError(
             f"cannot load the {what} {spec!r}: it is not a local folder, not in the Hugging Face cache, and {why}. "
-            f"Pass a local folder, or download it where the Hub can be reached.")
+            f"Pass a local folder, or download it where the Hub can be reached."
+        )
     try:
         return loader.from_pretrained(spec, **kwargs)
     except (OSError, ValueError) as exc:

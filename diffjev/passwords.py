@@ -38,11 +38,14 @@ def check_hash(stored: str) -> tuple[int, int, int, str, str]:
         n, r, p = int(n), int(r), int(p)
         bytes.fromhex(digest)
     except ValueError:
-        raise BadHash("is not a scrypt hash of the form scrypt:N:r:p$salt$hex; make one with "
-                      "`diffjev hash-password`") from None
+        raise BadHash(
+            "is not a scrypt hash of the form scrypt:N:r:p$salt$hex; make one with `diffjev hash-password`"
+        ) from None
     if name != SCRYPT or not salt or not digest or n < 2 or n & (n - 1):
-        raise BadHash("is not a scrypt hash of the form scrypt:N:r:p$salt$hex (N a power of two); make one with "
-                      "`diffjev hash-password`")
+        raise BadHash(
+            "is not a scrypt hash of the form scrypt:N:r:p$salt$hex (N a power of two); make one with "
+            "`diffjev hash-password`"
+        )
     return n, r, p, salt, digest
 
 

@@ -14,7 +14,6 @@ def read(schema: Schema, state: Any, engine: Engine, *, seed: int = DEFAULT_SEED
     return next(engine.decide_many(schema, [state], seed))
 
 
-def read_many(schema: Schema, states: Iterable[Any], engine: Engine, *,
-              seed: int = DEFAULT_SEED) -> Iterator[Decision]:
+def read_many(schema: Schema, states: Iterable[Any], engine: Engine, *, seed: int = DEFAULT_SEED) -> Iterator[Decision]:
     """One Decision per state, in order; the engine batches and pipelines the reads."""
     return engine.decide_many(schema, states, seed)

@@ -103,8 +103,7 @@ class Schema:
         unknown = sorted(set(data) - known)
         if unknown:
             raise SchemaError(
-                f"unknown schema field(s) {', '.join(map(repr, unknown))}; known fields are "
-                f"{', '.join(sorted(known))}",
+                f"unknown schema field(s) {', '.join(map(repr, unknown))}; known fields are {', '.join(sorted(known))}",
                 field=unknown[0],
             )
         raw = data.get("questions")
@@ -117,13 +116,11 @@ class Schema:
                     raise SchemaError(f"question #{n + 1} must be an object", field="questions")
                 items.append((spec.get("id"), {k: v for k, v in spec.items() if k != "id"}))
         else:
-            raise SchemaError("give 'questions' as a list of question objects, or as {id: question}",
-                              field="questions")
+            raise SchemaError("give 'questions' as a list of question objects, or as {id: question}", field="questions")
         if not items:
             raise SchemaError("a schema needs at least one question", field="questions")
         if len(items) > MAX_QUESTIONS:
-            raise SchemaError(f"{len(items)} questions; at most {MAX_QUESTIONS} fit one read",
-                              field="questions")
+            raise SchemaError(f"{len(items)} questions; at most {MAX_QUESTIONS} fit one read", field="questions")
         questions: list[Question] = []
         seen: set[str] = set()
         for n, (qid, spec) in enumerate(items):
@@ -139,8 +136,7 @@ class Schema:
         elif isinstance(template_text, str):
             template = Template.parse(template_text)
         else:
-            raise SchemaError("the template must be text with one {question_id} slot per question",
-                              field="template")
+            raise SchemaError("the template must be text with one {question_id} slot per question", field="template")
         return cls(tuple(questions), instructions, template, sampling)
 
     def to_dict(self) -> dict[str, Any]:
@@ -165,8 +161,11 @@ class Schema:
                 if yes.description or no.description:
                     spec["criteria"] = {"true": yes.description, "false": no.description}
             elif q.kind == "choice":
-                spec = {"type": "choice", "instructions": q.instructions,
-                        "criteria": {a.name: a.description for a in q.alternatives}}
+                spec = {
+                    "type": "choice",
+                    "instructions": q.instructions,
+                    "criteria": {a.name: a.description for a in q.alternatives},
+                }
             else:
                 spec = {"type": "score", "instructions": q.instructions, "criteria": list(q.names)}
             out[q.id] = spec
@@ -176,16 +175,17 @@ class Schema:
 def _check_id(qid: Any, n: int, seen: set[str]) -> None:
     where = f"question #{n + 1}"
     if not isinstance(qid, str) or not qid.strip():
-        raise SchemaError(f"{where} has an empty id; give every question a short unique id such as 'urgent'",
-                          field="id")
+        raise SchemaError(
+            f"{where} has an empty id; give every question a short unique id such as 'urgent'", field="id"
+        )
     if ":" in qid or "\n" in qid or "\r" in qid:
-        raise SchemaError("an id cannot contain ':' or a line break; use letters, digits, '_' or '-'",
-                          question=qid, field="id")
+        raise SchemaError(
+            "an id cannot contain ':' or a line break; use letters, digits, '_' or '-'", question=qid, field="id"
+        )
     if qid != qid.strip():
         raise SchemaError("an id cannot start or end with spaces", question=qid, field="id")
     if any(c in qid for c in "{}"):
-        raise SchemaError("an id cannot contain '{' or '}', which mark template slots",
-                          question=qid, field="id")
+        raise SchemaError("an id cannot contain '{' or '}', which mark template slots", question=qid, field="id")
     if qid in seen:
         raise SchemaError("this id is used twice; every question needs its own id", question=qid, field="id")
 
@@ -206,28 +206,39 @@ def question_from_dict(qid: str, spec: Any) -> Question:
         raise SchemaError("a question must be an object with 'type' and 'instructions'", question=qid)
     unknown = sorted(set(spec) - QUESTION_FIELDS)
     if unknown:
-        raise SchemaError(f"unknown field; a question takes {', '.join(sorted(QUESTION_FIELDS | {'id'}))}",
-                          question=qid, field=unknown[0])
+        raise SchemaError(
+            f"unknown field; a question takes {', '.join(sorted(QUESTION_FIELDS | {'id'}))}",
+            question=qid,
+            field=unknown[0],
+        )
     raw_kind = spec.get("type")
     kind = KIND_ALIASES.get(raw_kind) if isinstance(raw_kind, str) else None
     if kind is None:
-        raise SchemaError(f"unknown kind {raw_kind!r}; use one of yes_no (or noul, bool), choice, score",
-                          question=qid, field="type")
+        raise SchemaError(
+            f"unknown kind {raw_kind!r}; use one of yes_no (or noul, bool), choice, score", question=qid, field="type"
+        )
     instructions = _optional_text(spec.get("instructions"), "instructions", qid)
     if not instructions:
-        raise SchemaError("say what to decide, e.g. 'Does the customer need a reply within the hour?'",
-                          question=qid, field="instructions")
+        raise SchemaError(
+            "say what to decide, e.g. 'Does the customer need a reply within the hour?'",
+            question=qid,
+            field="instructions",
+        )
 
     if kind == "yes_no":
         for other in ("options", "levels"):
             if other in spec:
-                raise SchemaError("a yes_no question has no options or levels; use 'criteria' "
-                                  "{\"true\": ..., \"false\": ...} to describe yes and no",
-                                  question=qid, field=other)
+                raise SchemaError(
+                    "a yes_no question has no options or levels; use 'criteria' "
+                    '{"true": ..., "false": ...} to describe yes and no',
+                    question=qid,
+                    field=other,
+                )
         criteria = spec.get("criteria") or {}
         if not isinstance(criteria, Mapping) or set(criteria) - {"true", "false"}:
-            raise SchemaError("criteria of a yes_no question is {\"true\": text, \"false\": text}",
-                              question=qid, field="criteria")
+            raise SchemaError(
+                'criteria of a yes_no question is {"true": text, "false": text}', question=qid, field="criteria"
+            )
         alternatives = (
             Alternative("yes", "yes", _optional_text(criteria.get("true"), "criteria", qid) or None),
             Alternative("no", "no", _optional_text(criteria.get("false"), "criteria", qid) or None),
@@ -236,11 +247,13 @@ def question_from_dict(qid: str, spec: Any) -> Question:
         name_field = "options" if kind == "choice" else "levels"
         wrong = "levels" if kind == "choice" else "options"
         if wrong in spec:
-            raise SchemaError(f"a {kind} question lists its answers in '{name_field}', not '{wrong}'",
-                              question=qid, field=wrong)
+            raise SchemaError(
+                f"a {kind} question lists its answers in '{name_field}', not '{wrong}'", question=qid, field=wrong
+            )
         if name_field in spec and "criteria" in spec:
-            raise SchemaError(f"give the answers once, in '{name_field}' or in 'criteria'",
-                              question=qid, field="criteria")
+            raise SchemaError(
+                f"give the answers once, in '{name_field}' or in 'criteria'", question=qid, field="criteria"
+            )
         field_used = name_field if name_field in spec else "criteria"
         named = _alternatives(qid, field_used, spec.get(field_used), kind)
         labels = _labels(kind, len(named))
@@ -260,10 +273,13 @@ def _alternatives(qid: str, field_name: str, raw: Any, kind: str) -> list[tuple[
             elif isinstance(entry, Mapping) and set(entry) <= {"name", "description"}:
                 pairs.append((entry.get("name"), entry.get("description")))
             else:
-                raise SchemaError(f"{what} #{n + 1} must be a name, or {{\"name\": ..., \"description\": ...}}",
-                                  question=qid, field=field_name)
+                raise SchemaError(
+                    f'{what} #{n + 1} must be a name, or {{"name": ..., "description": ...}}',
+                    question=qid,
+                    field=field_name,
+                )
     else:
-        raise SchemaError(f"list the {what}s, e.g. [\"billing\", \"technical\"]", question=qid, field=field_name)
+        raise SchemaError(f'list the {what}s, e.g. ["billing", "technical"]', question=qid, field=field_name)
     out: list[tuple[str, str | None]] = []
     seen: set[str] = set()
     for n, (name, desc) in enumerate(pairs):
@@ -271,21 +287,28 @@ def _alternatives(qid: str, field_name: str, raw: Any, kind: str) -> list[tuple[
             raise SchemaError(f"{what} #{n + 1} has an empty name", question=qid, field=field_name)
         name = name.strip()
         if name in seen:
-            raise SchemaError(f"{what} {name!r} appears twice; every {what} needs its own name",
-                              question=qid, field=field_name)
+            raise SchemaError(
+                f"{what} {name!r} appears twice; every {what} needs its own name", question=qid, field=field_name
+            )
         if "\n" in name:
-            raise SchemaError(f"{what} {name!r} contains a line break; keep names on one line",
-                              question=qid, field=field_name)
+            raise SchemaError(
+                f"{what} {name!r} contains a line break; keep names on one line", question=qid, field=field_name
+            )
         if desc is not None and not isinstance(desc, str):
             raise SchemaError(f"the description of {what} {name!r} must be text", question=qid, field=field_name)
         seen.add(name)
         out.append((name, (desc or "").strip() or None))
     if len(out) < 2:
-        raise SchemaError(f"a {kind} question needs at least 2 {what}s; it has {len(out)}",
-                          question=qid, field=field_name)
+        raise SchemaError(
+            f"a {kind} question needs at least 2 {what}s; it has {len(out)}", question=qid, field=field_name
+        )
     if len(out) > MAX_ALTERNATIVES:
-        raise SchemaError(f"a {kind} question allows at most {MAX_ALTERNATIVES} {what}s; it has {len(out)}. "
-                          "Split it into two questions", question=qid, field=field_name)
+        raise SchemaError(
+            f"a {kind} question allows at most {MAX_ALTERNATIVES} {what}s; it has {len(out)}. "
+            "Split it into two questions",
+            question=qid,
+            field=field_name,
+        )
     return out
 
 
@@ -301,12 +324,10 @@ def _sampling(data: Mapping[str, Any]) -> SamplingPolicy:
     samples = data.get("samples", "auto")
     if samples != "auto":
         if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= MAX_SAMPLES:
-            raise SchemaError(f"give a whole number of noise draws from 1 to {MAX_SAMPLES}, or \"auto\"",
-                              field="samples")
+            raise SchemaError(f'give a whole number of noise draws from 1 to {MAX_SAMPLES}, or "auto"', field="samples")
     threshold = data.get("auto_threshold", DEFAULT_AUTO_THRESHOLD)
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or threshold < 0:
-        raise SchemaError("give the entropy threshold in nats as a number >= 0, e.g. 0.1",
-                          field="auto_threshold")
+        raise SchemaError("give the entropy threshold in nats as a number >= 0, e.g. 0.1", field="auto_threshold")
     auto_max = data.get("auto_max", DEFAULT_AUTO_MAX)
     if isinstance(auto_max, bool) or not isinstance(auto_max, int) or not 1 <= auto_max <= MAX_SAMPLES:
         raise SchemaError(f"give the most draws 'auto' may take, from 1 to {MAX_SAMPLES}", field="auto_max")
@@ -321,6 +342,5 @@ def question_to_dict(q: Question) -> dict[str, Any]:
             out["criteria"] = {"true": yes.description, "false": no.description}
     else:
         key = "options" if q.kind == "choice" else "levels"
-        out[key] = [{"name": a.name, "description": a.description} if a.description else a.name
-                    for a in q.alternatives]
+        out[key] = [{"name": a.name, "description": a.description} if a.description else a.name for a in q.alternatives]
     return out

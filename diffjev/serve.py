@@ -39,8 +39,7 @@ from diffjev.jev import check_upstream_limits, question_canvas
 from diffjev.schema import SchemaError
 
 # Sampling fields vLLM rejects on a diffusion request ("not yet supported with diffusion").
-REJECTED_FOR_DIFFUSION = ("temperature", "min_p", "seed", "min_tokens", "logit_bias", "bad_words",
-                          "allowed_token_ids")
+REJECTED_FOR_DIFFUSION = ("temperature", "min_p", "seed", "min_tokens", "logit_bias", "bad_words", "allowed_token_ids")
 DEFAULT_MAX_LOGPROBS = 32
 
 
@@ -50,12 +49,15 @@ class RequestError(Exception):
         self.message, self.param, self.status = message, param, status
 
 
-def error_response(message: str, status: int = 400, param: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    kind = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError"}.get(status,
-                                                                                          "InternalServerError")
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": status}},
-                        status_code=status, headers=headers)
+def error_response(
+    message: str, status: int = 400, param: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    kind = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError"}.get(status, "InternalServerError")
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": param, "code": status}},
+        status_code=status,
+        headers=headers,
+    )
 
 
 def require_api_key(app: FastAPI, api_key: str) -> None:
@@ -68,8 +70,11 @@ def require_api_key(app: FastAPI, api_key: str) -> None:
     async def _check_api_key(request: Request, call_next):
         given = request.headers.get("authorization", "").encode("utf-8", "surrogateescape")
         if not hmac.compare_digest(given, expected):
-            return error_response("this server needs an API key: send it as 'Authorization: Bearer <key>'",
-                                  401, headers={"WWW-Authenticate": "Bearer"})
+            return error_response(
+                "this server needs an API key: send it as 'Authorization: Bearer <key>'",
+                401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         return await call_next(request)
 
 
@@ -91,23 +96,23 @@ def diffusion_args(body: dict[str, Any], served_width: int, vocab: int) -> dict[
         raise RequestError("vllm_xargs must be an object", "vllm_xargs")
     width = xargs.get("diffusion_canvas_length", served_width)
     if not _is_int(width) or not 0 < width <= served_width:
-        raise RequestError(f"extra_args diffusion_canvas_length must be a positive int <= {served_width}",
-                           "vllm_xargs")
+        raise RequestError(f"extra_args diffusion_canvas_length must be a positive int <= {served_width}", "vllm_xargs")
     seed = xargs.get("diffusion_seed_canvas")
     if seed is not None:
         if not isinstance(seed, list) or not all(_is_int(t) and 0 <= t < vocab for t in seed):
-            raise RequestError(f"extra_args diffusion_seed_canvas must be a list of ints in [0, {vocab})",
-                               "vllm_xargs")
+            raise RequestError(f"extra_args diffusion_seed_canvas must be a list of ints in [0, {vocab})", "vllm_xargs")
         if len(seed) != width:
-            raise RequestError(f"extra_args diffusion_seed_canvas has {len(seed)} tokens but the canvas is "
-                               f"{width} wide", "vllm_xargs")
+            raise RequestError(
+                f"extra_args diffusion_seed_canvas has {len(seed)} tokens but the canvas is {width} wide", "vllm_xargs"
+            )
     pinned = xargs.get("diffusion_pinned")
     if pinned is not None:
         if seed is None:
             raise RequestError("extra_args diffusion_pinned needs diffusion_seed_canvas", "vllm_xargs")
         if not isinstance(pinned, list) or not all(_is_int(p) and 0 <= p < width for p in pinned):
-            raise RequestError("extra_args diffusion_pinned must be a list of positions inside the canvas",
-                               "vllm_xargs")
+            raise RequestError(
+                "extra_args diffusion_pinned must be a list of positions inside the canvas", "vllm_xargs"
+            )
     steps = xargs.get("diffusion_max_steps", 1)
     if not _is_int(steps) or steps <= 0:
         raise RequestError("extra_args diffusion_max_steps must be a positive int", "vllm_xargs")
@@ -115,8 +120,11 @@ def diffusion_args(body: dict[str, Any], served_width: int, vocab: int) -> dict[
     if _flag(xargs, "diffusion_constrained") and not body.get("logprob_token_ids"):
         raise RequestError("extra_args diffusion_constrained needs logprob_token_ids", "vllm_xargs")
     if not read_only or steps != 1:
-        raise RequestError("this server answers one-step read-only reads only (diffusion_read_only true, "
-                           "diffusion_max_steps 1); serve the model with vLLM for generation", "vllm_xargs")
+        raise RequestError(
+            "this server answers one-step read-only reads only (diffusion_read_only true, "
+            "diffusion_max_steps 1); serve the model with vLLM for generation",
+            "vllm_xargs",
+        )
     return {"width": width, "seed": seed, "constrained": _flag(xargs, "diffusion_constrained")}
 
 
@@ -129,8 +137,9 @@ def logprob_args(body: dict[str, Any], max_logprobs: int, vocab: int) -> dict[st
         if not _is_int(top) or top < 0:
             raise RequestError("top_logprobs must be a non-negative int", "top_logprobs")
         if top > max_logprobs:
-            raise RequestError(f"top_logprobs ({top}) is above the server's max_logprobs ({max_logprobs})",
-                               "top_logprobs")
+            raise RequestError(
+                f"top_logprobs ({top}) is above the server's max_logprobs ({max_logprobs})", "top_logprobs"
+            )
         if not logprobs:
             raise RequestError("when using top_logprobs, logprobs must be set to true", "top_logprobs")
     ids = body.get("logprob_token_ids")
@@ -142,9 +151,16 @@ def logprob_args(body: dict[str, Any], max_logprobs: int, vocab: int) -> dict[st
     return {"logprobs": logprobs, "top": top or 0, "ids": ids}
 
 
-def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_length: int = DEFAULT_MAX_WIDTH,
-               max_logprobs: int = DEFAULT_MAX_LOGPROBS, service_latency_s: float = 0.0,
-               memoize: bool = False, api_key: str | None = None) -> FastAPI:
+def create_app(
+    engine: TransformersEngine,
+    served_model_name: str,
+    *,
+    canvas_length: int = DEFAULT_MAX_WIDTH,
+    max_logprobs: int = DEFAULT_MAX_LOGPROBS,
+    service_latency_s: float = 0.0,
+    memoize: bool = False,
+    api_key: str | None = None,
+) -> FastAPI:
     """With `api_key`, every request must carry it as `Authorization: Bearer <api_key>` (vLLM's
     `--api-key`); without one, the server answers anyone who reaches it.
 
@@ -178,9 +194,12 @@ def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_len
         and one 10 MB message would ask this host for hundreds of gigabytes."""
         limit = builder.max_prompt_tokens
         if limit is not None and prompt_tokens > limit:
-            raise RequestError(f"This model's maximum context length is {limit + canvas_length} tokens, "
-                               f"{canvas_length} of them the canvas. However, your messages have at least "
-                               f"{prompt_tokens} tokens. Please reduce the length of the messages.", "messages")
+            raise RequestError(
+                f"This model's maximum context length is {limit + canvas_length} tokens, "
+                f"{canvas_length} of them the canvas. However, your messages have at least "
+                f"{prompt_tokens} tokens. Please reduce the length of the messages.",
+                "messages",
+            )
 
     def token_text(tid: int, as_ids: bool) -> str:
         return f"token_id:{tid}" if as_ids else tokenizer.decode([tid])
@@ -197,8 +216,13 @@ def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_len
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
-        card = {"id": served_model_name, "object": "model", "created": int(time.time()), "owned_by": "diffjev",
-                "root": engine.model_name}
+        card = {
+            "id": served_model_name,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "diffjev",
+            "root": engine.model_name,
+        }
         if builder.max_prompt_tokens is not None:  # vLLM's model card says how long a request may be
             card["max_model_len"] = builder.max_prompt_tokens + canvas_length
         return {"object": "list", "data": [card]}
@@ -208,9 +232,14 @@ def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_len
         body = await _json_body(request)
         check_model(body.get("model"))
         messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not all(
+        if (
+            not isinstance(messages, list)
+            or not messages
+            or not all(
                 isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in messages):
+                for m in messages
+            )
+        ):
             raise RequestError("messages must be a non-empty list of {role, content} with text content", "messages")
         if body.get("stream"):
             raise RequestError("this server does not stream", "stream")
@@ -227,8 +256,11 @@ def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_len
             raise RequestError("max_tokens must be a positive int", "max_tokens")
         as_ids = bool(body.get("return_tokens_as_token_ids", False))
         # With `memoize`, the same seeded read asked again gets the model's answer from the first time.
-        key = orjson.dumps([messages, kwargs, diff, lp, max_tokens, as_ids], option=orjson.OPT_SORT_KEYS) \
-            if memoize and diff["seed"] is not None else None  # an unseeded canvas is never the same read
+        key = (
+            orjson.dumps([messages, kwargs, diff, lp, max_tokens, as_ids], option=orjson.OPT_SORT_KEYS)
+            if memoize and diff["seed"] is not None
+            else None
+        )  # an unseeded canvas is never the same read
         choice_and_usage = answered.get(key) if key is not None else None
         if choice_and_usage is None:
             check_context(sum(len(m["content"]) for m in messages) // MAX_CHARS_PER_TOKEN)  # sure to be over
@@ -244,13 +276,20 @@ def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_len
                 answered[key] = choice_and_usage
         await asyncio.sleep(service_latency_s)
         choice, usage = choice_and_usage
-        return json_response({
-            "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-            "model": served_model_name, "choices": [choice], "usage": usage,
-        })
+        return json_response(
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": served_model_name,
+                "choices": [choice],
+                "usage": usage,
+            }
+        )
 
-    def _chat_choice(logprobs, lp: dict[str, Any], constrained: bool, as_ids: bool,
-                     prompt_tokens: int) -> tuple[dict[str, Any], dict[str, int]]:
+    def _chat_choice(
+        logprobs, lp: dict[str, Any], constrained: bool, as_ids: bool, prompt_tokens: int
+    ) -> tuple[dict[str, Any], dict[str, int]]:
         """vLLM's `choices[0]` and `usage` for one read's `(positions, vocab)` log-probabilities."""
         if constrained:  # normalised over the requested ids only
             ids = lp["ids"]
@@ -265,20 +304,38 @@ def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_len
                 row = logprobs[pos]
                 wanted = lp["ids"] if lp["ids"] is not None else row.topk(lp["top"]).indices.tolist()
                 values = row[wanted].tolist()
-                content.append({
-                    "token": token_text(tid, as_ids), "logprob": max(float(row[tid]), -9999.0),
-                    "bytes": list(token_text(tid, as_ids).encode()),
-                    "top_logprobs": [{"token": token_text(t, as_ids), "logprob": max(v, -9999.0),
-                                      "bytes": list(token_text(t, as_ids).encode())} for t, v in zip(wanted, values)],
-                })
+                content.append(
+                    {
+                        "token": token_text(tid, as_ids),
+                        "logprob": max(float(row[tid]), -9999.0),
+                        "bytes": list(token_text(tid, as_ids).encode()),
+                        "top_logprobs": [
+                            {
+                                "token": token_text(t, as_ids),
+                                "logprob": max(v, -9999.0),
+                                "bytes": list(token_text(t, as_ids).encode()),
+                            }
+                            for t, v in zip(wanted, values)
+                        ],
+                    }
+                )
         n_out = len(top_ids)
-        choice = {"index": 0,
-                  "message": {"role": "assistant", "content": tokenizer.decode(top_ids, skip_special_tokens=True),
-                              "tool_calls": []},
-                  "logprobs": {"content": content} if content is not None else None,
-                  "finish_reason": "length", "stop_reason": None}
-        return choice, {"prompt_tokens": prompt_tokens, "completion_tokens": n_out,
-                        "total_tokens": prompt_tokens + n_out}
+        choice = {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": tokenizer.decode(top_ids, skip_special_tokens=True),
+                "tool_calls": [],
+            },
+            "logprobs": {"content": content} if content is not None else None,
+            "finish_reason": "length",
+            "stop_reason": None,
+        }
+        return choice, {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": n_out,
+            "total_tokens": prompt_tokens + n_out,
+        }
 
     @app.post("/v1/systemone")
     async def systemone(request: Request) -> JSONResponse:
@@ -304,12 +361,17 @@ def create_app(engine: TransformersEngine, served_model_name: str, *, canvas_len
         label_ids = {q: ids for canvas in canvases for q, ids in canvas.label_ids.items()}
         merged = {q: slot for read in reads for q, slot in read.items()}
         decision = Decision(decide(schema, [merged], label_ids), schema)
-        return JSONResponse({
-            "id": f"sd-{uuid.uuid4().hex}", "object": "structured_decision", "created": int(time.time()),
-            "model": served_model_name, "answers": decision.to_jev(),
-            "usage": {"input_tokens": sum(len(c.prompt_ids) for c in canvases), "output_tokens": 2 * len(canvases)},
-            "diagnostics": decision.jev_diagnostics(),
-        })
+        return JSONResponse(
+            {
+                "id": f"sd-{uuid.uuid4().hex}",
+                "object": "structured_decision",
+                "created": int(time.time()),
+                "model": served_model_name,
+                "answers": decision.to_jev(),
+                "usage": {"input_tokens": sum(len(c.prompt_ids) for c in canvases), "output_tokens": 2 * len(canvases)},
+                "diagnostics": decision.jev_diagnostics(),
+            }
+        )
 
     return app
 

@@ -39,8 +39,7 @@ class Template:
             if not name:
                 raise _error("a slot '{}' has no question id; write e.g. {urgent}")
             if spec or conversion:
-                raise _error(f"slot {{{name}}} has a format suffix; a slot is just the question id",
-                             question=name)
+                raise _error(f"slot {{{name}}} has a format suffix; a slot is just the question id", question=name)
             if name in seen:
                 raise _error("this slot appears twice; each question fills exactly one slot", question=name)
             seen.add(name)
@@ -67,12 +66,16 @@ class Template:
         ids = list(question_ids)
         for slot in self.slots:
             if slot not in ids:
-                raise _error(f"the template has a slot {{{slot}}} but no question has that id; "
-                             f"the questions are {', '.join(ids)}", question=slot)
+                raise _error(
+                    f"the template has a slot {{{slot}}} but no question has that id; "
+                    f"the questions are {', '.join(ids)}",
+                    question=slot,
+                )
         for qid in ids:
             if qid not in self.slots:
-                raise _error(f"this question has no slot in the template; add {{{qid}}} where its answer goes",
-                             question=qid)
+                raise _error(
+                    f"this question has no slot in the template; add {{{qid}}} where its answer goes", question=qid
+                )
 
     def render(self, fill: Mapping[str, str]) -> str:
         """The reply text with each slot replaced by `fill[question_id]`."""

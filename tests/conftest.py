@@ -107,6 +107,7 @@ def vllm_server(dgemma_engine):
 
 # Databases ----------------------------------------------------------------------------------------------
 
+
 def _pg_binary(name: str) -> str:
     import glob
     import shutil as sh
@@ -145,8 +146,17 @@ class LocalPostgres:
             sh.chown(self.folder, "postgres")
             sh.chown(data, "postgres")
         self._run(_pg_binary("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
-        self._run(_pg_binary("pg_ctl"), "-D", str(data), "-w", "-l", str(self.folder / "log"), "-o",
-                  f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+        self._run(
+            _pg_binary("pg_ctl"),
+            "-D",
+            str(data),
+            "-w",
+            "-l",
+            str(self.folder / "log"),
+            "-o",
+            f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "start",
+        )
         self.data = data
         return self
 

@@ -14,8 +14,15 @@ from diffjev.ui.context import Studio
 from diffjev.ui.studio import create_app
 from conftest import LocalServer, TICKETS
 
-BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+BROWSER_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def studio_db(path, texts, prelabel_with=None, name="tickets", schema=None):

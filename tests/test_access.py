@@ -35,8 +35,9 @@ PROJECT = "vault-7"
 @pytest.fixture(scope="module")
 def studio(tmp_path_factory, dgemma_engine):
     folder = tmp_path_factory.mktemp("access")
-    db = studio_db(folder / "access.db", [f"{MARK} {i}: the export is broken" for i in range(4)], dgemma_engine,
-                   name=PROJECT)
+    db = studio_db(
+        folder / "access.db", [f"{MARK} {i}: the export is broken" for i in range(4)], dgemma_engine, name=PROJECT
+    )
     server, context = serve_studio(db, dgemma_engine, name=PROJECT, auth=USERS)
     (context.export_dir / "labels.jsonl").write_text(f'{{"text": "{MARK}"}}\n')
     with server:
@@ -66,27 +67,58 @@ def routes(routes_, prefix=""):
 # What a browser needs before it has logged in: the login page (also served at /gradio_api/runs), its
 # assets, the login itself, and Gradio's answers to "who is logged in" (null), "which token" (none) and
 # "which app" (a number). None of them holds an item, a project or a setting; the sweep checks that.
-OPEN = ("/", "/login", "/login/", "/logout", "/favicon.ico", "/theme.css", "/robots.txt", "/manifest.json",
-        "/gradio_api/startup-events", "/gradio_api/theme.css", "/gradio_api/runs", "/gradio_api/runs/")
-OPEN_PREFIXES = ("/svelte/", "/static/", "/assets/", "/pwa_icon", "/gradio_api/heartbeat/", "/gradio_api/user",
-                 "/gradio_api/token", "/gradio_api/app_id")
+OPEN = (
+    "/",
+    "/login",
+    "/login/",
+    "/logout",
+    "/favicon.ico",
+    "/theme.css",
+    "/robots.txt",
+    "/manifest.json",
+    "/gradio_api/startup-events",
+    "/gradio_api/theme.css",
+    "/gradio_api/runs",
+    "/gradio_api/runs/",
+)
+OPEN_PREFIXES = (
+    "/svelte/",
+    "/static/",
+    "/assets/",
+    "/pwa_icon",
+    "/gradio_api/heartbeat/",
+    "/gradio_api/user",
+    "/gradio_api/token",
+    "/gradio_api/app_id",
+)
 REFUSED = (401, 403, 404, 405, 422)  # 422: a request refused for its shape, before anything is read
 
 
 def test_every_route_needs_a_login(studio):
     server, context = studio
     export = context.export_dir / "labels.jsonl"
-    named = [("GET", "/config"), ("GET", "/gradio_api/info"), ("POST", "/gradio_api/call/annotate_start"),
-             ("POST", "/gradio_api/call/export"), ("POST", "/gradio_api/queue/join"), ("POST", "/gradio_api/upload"),
-             ("POST", "/gradio_api/run/accept"), ("GET", f"/gradio_api/file={export}"),
-             ("POST", "/v1/systemone"), ("GET", "/openapi.json"), ("GET", "/docs")]
+    named = [
+        ("GET", "/config"),
+        ("GET", "/gradio_api/info"),
+        ("POST", "/gradio_api/call/annotate_start"),
+        ("POST", "/gradio_api/call/export"),
+        ("POST", "/gradio_api/queue/join"),
+        ("POST", "/gradio_api/upload"),
+        ("POST", "/gradio_api/run/accept"),
+        ("GET", f"/gradio_api/file={export}"),
+        ("POST", "/v1/systemone"),
+        ("GET", "/openapi.json"),
+        ("GET", "/docs"),
+    ]
     found = list(routes(server.server.config.app.routes))
     assert len(found) > 40 and ("POST", "/v1/systemone") in found
     checked, answered = 0, []
     for method, path in named + found:
         url = path.replace("{path_or_url:path}", str(export)).replace("{", "").replace("}", "")
         try:
-            response = httpx.request(method, server.url + url, timeout=3, json={"data": []} if method == "POST" else None)
+            response = httpx.request(
+                method, server.url + url, timeout=3, json={"data": []} if method == "POST" else None
+            )
         except httpx.ReadTimeout:  # an event stream that stays open: it sent nothing
             assert path.startswith(OPEN_PREFIXES), path
             continue
@@ -113,13 +145,18 @@ def test_a_non_member_cannot_open_a_restricted_project(tmp_path, dgemma_engine):
         assert refused.status_code != 200 and MARK not in refused.text
         with pytest.raises(Exception):
             Client(server.url, auth=USERS[0], verbose=False)
-        shown = Client(server.url, auth=USERS[1], verbose=False).predict("team", "Least confidence first",
-                                                                          api_name="/annotate_start")
+        shown = Client(server.url, auth=USERS[1], verbose=False).predict(
+            "team", "Least confidence first", api_name="/annotate_start"
+        )
         assert MARK in shown[1]
         with db.session() as session:  # opened to every user: membership is read at each login
             repo.set_members(session, "payroll", None, "owner")
-        assert httpx.post(f"{server.url}/login", data={"username": "alice", "password": "a-secret"},
-                          timeout=30).status_code == 200
+        assert (
+            httpx.post(
+                f"{server.url}/login", data={"username": "alice", "password": "a-secret"}, timeout=30
+            ).status_code
+            == 200
+        )
 
 
 def test_downloads_reach_no_server_file_by_its_path(studio):
@@ -128,18 +165,26 @@ def test_downloads_reach_no_server_file_by_its_path(studio):
     inside = context.export_dir / "labels.jsonl"  # the export folder itself is not served: downloads are handed out
     secret = context.export_dir.parent / "outside-the-export-folder.txt"
     secret.write_text(MARK)
-    for escape in (str(inside), f"{context.export_dir}/../{secret.name}", f"{context.export_dir}/%2e%2e/{secret.name}",
-                   str(secret), "/etc/passwd"):
+    for escape in (
+        str(inside),
+        f"{context.export_dir}/../{secret.name}",
+        f"{context.export_dir}/%2e%2e/{secret.name}",
+        str(secret),
+        "/etc/passwd",
+    ):
         response = alice.get(f"/gradio_api/file={escape}")
         assert response.status_code in (403, 404) and MARK not in response.text, escape
 
 
-@pytest.mark.parametrize("name, says", [
-    ("../../etc", "without '..'"),
-    ("/etc", "relative to the import folder"),
-    ("sub/../../x", "without '..'"),
-    ("not a dataset!", "is neither a folder under the import folder"),
-])
+@pytest.mark.parametrize(
+    "name, says",
+    [
+        ("../../etc", "without '..'"),
+        ("/etc", "relative to the import folder"),
+        ("sub/../../x", "without '..'"),
+        ("not a dataset!", "is neither a folder under the import folder"),
+    ],
+)
 def test_import_names_cannot_leave_the_import_folder(tmp_path, name, says):
     with pytest.raises(SourceError, match=says.replace("(", r"\(")):
         dataset_source(name, tmp_path)
@@ -185,26 +230,99 @@ def test_secrets_never_reach_logs_exports_runs_or_the_page(tmp_path, vllm_server
     env = {**os.environ, "DIFFJEV_VLLM_API_KEY": SECRET_KEY, "HF_TOKEN": SECRET_TOKEN}
     cli = [sys.executable, "-m", "diffjev.cli"]
     said = []
-    done = subprocess.run(cli + ["prelabel", "--db", str(path), "--project", "tickets", "--engine", "vllm", "--url",
-                                 url, "--model", SERVED_NAME, "--tokenizer", str(tiny_model_folder)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        cli
+        + [
+            "prelabel",
+            "--db",
+            str(path),
+            "--project",
+            "tickets",
+            "--engine",
+            "vllm",
+            "--url",
+            url,
+            "--model",
+            SERVED_NAME,
+            "--tokenizer",
+            str(tiny_model_folder),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0 and "completed: 3 read" in done.stdout, done.stderr[-2000:]
     said += [done.stdout, done.stderr]
-    dead = subprocess.run(cli + ["prelabel", "--db", str(path), "--project", "tickets", "--engine", "vllm", "--url",
-                                 "http://operator:" + SECRET_PASSWORD + "@127.0.0.1:9", "--model", SERVED_NAME,
-                                 "--tokenizer", str(tiny_model_folder)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    dead = subprocess.run(
+        cli
+        + [
+            "prelabel",
+            "--db",
+            str(path),
+            "--project",
+            "tickets",
+            "--engine",
+            "vllm",
+            "--url",
+            "http://operator:" + SECRET_PASSWORD + "@127.0.0.1:9",
+            "--model",
+            SERVED_NAME,
+            "--tokenizer",
+            str(tiny_model_folder),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert "cannot reach the vLLM server at http://127.0.0.1:9" in dead.stdout + dead.stderr
     said += [dead.stdout, dead.stderr]
     out = tmp_path / "export"
-    pushed = subprocess.run(cli + ["export", "--db", str(path), "--project", "tickets", "--format", "hf", "--all",
-                                   "--out", str(out), "--push-to-hub", "someone/labels"],
-                            capture_output=True, text=True, env=env, timeout=300)
+    pushed = subprocess.run(
+        cli
+        + [
+            "export",
+            "--db",
+            str(path),
+            "--project",
+            "tickets",
+            "--format",
+            "hf",
+            "--all",
+            "--out",
+            str(out),
+            "--push-to-hub",
+            "someone/labels",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert pushed.returncode == 2, pushed.stderr[-2000:]
     said += [pushed.stdout, pushed.stderr]
     for name in ("x.jsonl", "x.csv"):
-        assert subprocess.run(cli + ["export", "--db", str(path), "--project", "tickets", "--format", name[2:],
-                                     "--all", "--out", str(tmp_path / name)], env=env, timeout=300).returncode == 0
+        assert (
+            subprocess.run(
+                cli
+                + [
+                    "export",
+                    "--db",
+                    str(path),
+                    "--project",
+                    "tickets",
+                    "--format",
+                    name[2:],
+                    "--all",
+                    "--out",
+                    str(tmp_path / name),
+                ],
+                env=env,
+                timeout=300,
+            ).returncode
+            == 0
+        )
         said.append((tmp_path / name).read_text())
     with db.engine.connect() as conn:  # every table, every row
         tables = [r[0] for r in conn.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'"))]
@@ -217,8 +335,9 @@ def test_secrets_never_reach_logs_exports_runs_or_the_page(tmp_path, vllm_server
     from diffjev.ui.studio import create_app
     from conftest import LocalServer
 
-    chosen = choose_engine(EngineChoice(kind="vllm", url=url, model=SERVED_NAME, tokenizer=str(tiny_model_folder),
-                                        api_key=SECRET_KEY))
+    chosen = choose_engine(
+        EngineChoice(kind="vllm", url=url, model=SERVED_NAME, tokenizer=str(tiny_model_folder), api_key=SECRET_KEY)
+    )
     with LocalServer(create_app(Studio(db, chosen, "tickets"))) as studio:
         page = httpx.get(studio.url + "/", timeout=30).text + httpx.get(studio.url + "/config", timeout=30).text
     chosen.engine.close()
@@ -228,6 +347,7 @@ def test_secrets_never_reach_logs_exports_runs_or_the_page(tmp_path, vllm_server
 
 
 # Files only through an upload; projects only through their members ------------------------------------------
+
 
 def gradio_call(http: httpx.Client, api_name: str, *data) -> tuple[str, str]:
     """Call a studio event the way any HTTP client can, with a body it chose: (event, its data)."""
@@ -262,8 +382,9 @@ def test_import_takes_only_files_uploaded_through_the_page(studio, tmp_path):
     finally:
         link.unlink()
     # a file the user does upload is read
-    columns = Client(server.url, auth=USERS[0], verbose=False).predict(handle_file(str(secret)), "",
-                                                                       api_name="/import_preview")
+    columns = Client(server.url, auth=USERS[0], verbose=False).predict(
+        handle_file(str(secret)), "", api_name="/import_preview"
+    )
     assert MARK in str(columns)
 
 
@@ -336,8 +457,7 @@ def test_another_projects_ids_are_not_found_at_any_endpoint(two_projects):
 
     def other_answers() -> int:
         with db.read() as session:
-            return session.scalar(select(func.count()).select_from(Response).where(
-                Response.item_id.in_(other_items)))
+            return session.scalar(select(func.count()).select_from(Response).where(Response.item_id.in_(other_items)))
 
     before = (other_project_log(), other_answers())
     item = other_items[0]
@@ -353,8 +473,12 @@ def test_another_projects_ids_are_not_found_at_any_endpoint(two_projects):
     assert f"no run {other_run} in this project" in said, said
     event, said = gradio_call(alice, "annotate_start", "salary_band", "Least confidence first")
     assert event == "error" and "no question 'salary_band' in this project" in said, said
-    for queue in ("Double annotation (agreement share)", "Second opinion (model and first annotator disagree)",
-                  "Least confidence first", "Unlabeled, in order"):
+    for queue in (
+        "Double annotation (agreement share)",
+        "Second opinion (model and first annotator disagree)",
+        "Least confidence first",
+        "Unlabeled, in order",
+    ):
         event, said = gradio_call(alice, "annotate_start", "team", queue)
         assert "OTHER-PROJECT" not in said, queue
     assert (other_project_log(), other_answers()) == before
@@ -365,8 +489,9 @@ def test_storage_never_joins_an_item_and_a_question_of_two_projects(two_projects
     with db.read() as session:
         row = repo.version_schema(repo.latest_version(session, repo.get_project(session, PROJECT).id))[1]["team"]
     with pytest.raises(repo.NotFound, match=f"no item {other_items[1]} in this project"):
-        db.write(lambda session: repo.respond(session, repo.ResponseInput(other_items[1], row, "alice", "billing",
-                                                                          "manual")))
+        db.write(
+            lambda session: repo.respond(session, repo.ResponseInput(other_items[1], row, "alice", "billing", "manual"))
+        )
 
 
 def test_a_removed_member_is_refused_at_the_next_request(tmp_path, dgemma_engine):
@@ -396,13 +521,23 @@ def test_the_jev_api_answers_only_members_of_some_project(tmp_path, dgemma_engin
     with server:
         refused = httpx.post(f"{server.url}/v1/systemone", json=body, auth=USERS[0], timeout=60)
         assert refused.status_code == 403 and "alice is not a member of any project" in refused.text
-        assert httpx.post(f"{server.url}/v1/systemone", json=body, auth=("alice", "wrong"), timeout=60).status_code == 401
+        assert (
+            httpx.post(f"{server.url}/v1/systemone", json=body, auth=("alice", "wrong"), timeout=60).status_code == 401
+        )
         assert httpx.post(f"{server.url}/v1/systemone", json=body, auth=USERS[1], timeout=60).status_code == 200
 
 
 def test_the_page_before_a_login_holds_none_of_the_projects_questions(tmp_path, dgemma_engine):
-    schema = {"questions": [{"id": "salary_band", "type": "choice", "instructions": "Which band?",
-                             "options": [{"name": "band_low"}, {"name": "band_high"}]}]}
+    schema = {
+        "questions": [
+            {
+                "id": "salary_band",
+                "type": "choice",
+                "instructions": "Which band?",
+                "options": [{"name": "band_low"}, {"name": "band_high"}],
+            }
+        ]
+    }
     db = Database(tmp_path / "questions.db")
     with db.session() as session:
         repo.create_project(session, "hr", Schema.from_dict(schema), "owner")
@@ -412,7 +547,7 @@ def test_the_page_before_a_login_holds_none_of_the_projects_questions(tmp_path, 
         page = httpx.get(server.url + "/", timeout=30)
         assert page.status_code == 200
         for secret in ("salary_band", "band_low", "Which band?", "hr"):
-            assert f'"{secret}"' not in page.text and f"\\\"{secret}\\\"" not in page.text, secret
+            assert f'"{secret}"' not in page.text and f'\\"{secret}\\"' not in page.text, secret
         alice = Client(server.url, auth=USERS[0], verbose=False)  # after a login, the questions are there
         shown = alice.predict("salary_band", "Unlabeled, in order", api_name="/annotate_start")
         assert "Which band?" in str(shown)
@@ -426,8 +561,13 @@ def hub_session_cookie(user: str, expires_in: float = 3600) -> str:
 
     from diffjev.ui.access import hub_session_secret
 
-    session = {"oauth_info": {"access_token": "hf_oauth_token", "expires_at": time.time() + expires_in,
-                              "userinfo": {"preferred_username": user, "name": user}}}
+    session = {
+        "oauth_info": {
+            "access_token": "hf_oauth_token",
+            "expires_at": time.time() + expires_in,
+            "userinfo": {"preferred_username": user, "name": user},
+        }
+    }
     return TimestampSigner(hub_session_secret()).sign(b64encode(json.dumps(session).encode())).decode()
 
 
@@ -436,8 +576,12 @@ def hub_space(monkeypatch):
     """The settings a Space with `hf_oauth: true` runs with."""
     from gradio import oauth
 
-    settings = {"OAUTH_CLIENT_ID": "client-id", "OAUTH_CLIENT_SECRET": "client-secret", "OAUTH_SCOPES": "openid profile",
-                "OPENID_PROVIDER_URL": "http://127.0.0.1:9"}
+    settings = {
+        "OAUTH_CLIENT_ID": "client-id",
+        "OAUTH_CLIENT_SECRET": "client-secret",
+        "OAUTH_SCOPES": "openid profile",
+        "OPENID_PROVIDER_URL": "http://127.0.0.1:9",
+    }
     for name, value in settings.items():
         monkeypatch.setenv(name, value)
         monkeypatch.setattr(oauth, name, value)
@@ -455,13 +599,20 @@ def test_hub_sign_in_is_required_everywhere_and_checked_against_members(tmp_path
         anonymous = httpx.Client(base_url=server.url, timeout=30)
         page = anonymous.get("/")
         assert page.status_code == 401 and "/login/huggingface" in page.text and MARK not in page.text
-        for method, path in [("GET", "/config"), ("GET", "/gradio_api/info"), ("POST", "/v1/systemone"),
-                             ("POST", "/gradio_api/call/annotate_start"), ("POST", "/gradio_api/upload")]:
+        for method, path in [
+            ("GET", "/config"),
+            ("GET", "/gradio_api/info"),
+            ("POST", "/v1/systemone"),
+            ("POST", "/gradio_api/call/annotate_start"),
+            ("POST", "/gradio_api/upload"),
+        ]:
             assert anonymous.request(method, path, json={"data": []}).status_code == 401, path
         assert gradio_call(anonymous, "annotate_start", "team", "Least confidence first")[0] == "refused"
         expired = httpx.Client(base_url=server.url, timeout=30, cookies={"session": hub_session_cookie("carol", -60)})
         assert expired.get("/config").status_code == 401
-        forged = httpx.Client(base_url=server.url, timeout=30, cookies={"session": hub_session_cookie("carol")[:-4] + "AAAA"})
+        forged = httpx.Client(
+            base_url=server.url, timeout=30, cookies={"session": hub_session_cookie("carol")[:-4] + "AAAA"}
+        )
         assert forged.get("/config").status_code == 401
         dave = httpx.Client(base_url=server.url, timeout=30, cookies={"session": hub_session_cookie("dave")})
         refused = dave.get("/")
@@ -489,8 +640,14 @@ def test_the_studio_will_not_listen_beyond_localhost_without_a_login(tmp_path):
     env = {**os.environ, "GRADIO_SERVER_NAME": "0.0.0.0", "DIFFJEV_DB": str(tmp_path / "x.db")}
     for name in ("DIFFJEV_USERS", "OAUTH_CLIENT_ID", "DIFFJEV_ALLOW_ANONYMOUS"):
         env.pop(name, None)
-    done = subprocess.run([sys.executable, "app.py"], cwd=Path(__file__).parent.parent, env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "app.py"],
+        cwd=Path(__file__).parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode != 0 and "refusing to listen on 0.0.0.0 with no login" in done.stderr, done.stderr[-2000:]
     assert "DIFFJEV_ALLOW_ANONYMOUS=1" in done.stderr
     assert not (tmp_path / "x.db").exists()  # refused before anything was created
@@ -510,10 +667,16 @@ def test_a_non_member_reaches_no_route_and_no_endpoint(tmp_path, dgemma_engine):
         assert len(endpoints) > 15 and "/review_change" in endpoints
         with db.session() as session:  # alice stays logged in, but is no longer a member
             repo.set_members(session, "payroll", ["bob"], "owner")
-        found = [(m, p) for m, p in routes(server.server.config.app.routes)
-                 if not p.startswith(OPEN_PREFIXES) and p not in OPEN and "{" not in p]
-        asked = [("POST", f"/gradio_api/call{name}") for name in endpoints] + \
-                [("POST", f"/gradio_api/run{name}") for name in endpoints] + found
+        found = [
+            (m, p)
+            for m, p in routes(server.server.config.app.routes)
+            if not p.startswith(OPEN_PREFIXES) and p not in OPEN and "{" not in p
+        ]
+        asked = (
+            [("POST", f"/gradio_api/call{name}") for name in endpoints]
+            + [("POST", f"/gradio_api/run{name}") for name in endpoints]
+            + found
+        )
         answered = []
         for method, path in asked:
             response = alice.request(method, path, json={"data": [1, "team", "billing"]}, timeout=10)

@@ -12,7 +12,9 @@ SURE = {"billing": 0.9, "technical": 0.05, "account": 0.05}
 def test_margin_and_entropy_disagree_on_a_three_way_question():
     items = [SURE, SPREAD, TORN]
     assert active.margin(TORN) == 0.0 and active.margin(SPREAD) == pytest.approx(0.1)
-    assert active.entropy(SPREAD) == pytest.approx(1.0889, abs=1e-4) and active.entropy(TORN) == pytest.approx(0.6931, abs=1e-4)
+    assert active.entropy(SPREAD) == pytest.approx(1.0889, abs=1e-4) and active.entropy(TORN) == pytest.approx(
+        0.6931, abs=1e-4
+    )
     assert active.uncertainty_order(items, "margin") == [2, 1, 0]  # torn between two first
     assert active.uncertainty_order(items, "entropy") == [1, 2, 0]  # spread over three first
     assert active.uncertainty_order(items, "least_confidence") == [1, 2, 0]
@@ -30,9 +32,11 @@ def test_stderr_and_disagreement():
 
 
 def test_diverse_mix_gives_every_cluster_one_before_any_gives_two():
-    templates = ["Refund for invoice {} please, I was charged twice",
-                 "The dashboard is down again since {} this morning",
-                 "How do I add {} more seats to our team plan"]
+    templates = [
+        "Refund for invoice {} please, I was charged twice",
+        "The dashboard is down again since {} this morning",
+        "How do I add {} more seats to our team plan",
+    ]
     texts = [t.format(n) for t in templates for n in range(5)]  # 15 texts, 3 near-duplicate families
     clusters = active.cluster_texts(texts, clusters=3)
     families = [i // 5 for i in range(15)]

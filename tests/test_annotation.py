@@ -50,8 +50,12 @@ def test_two_annotators_never_hold_the_same_item(db):
 def test_least_confidence_queue_serves_the_least_sure_first_and_answers_close_it(db):
     card = annotation.next_card(db, "p", "team", "least_confidence", "ann")
     with db.read() as session:
-        lowest = session.scalar(select(Suggestion.item_id).where(Suggestion.question_id == card.question_row)
-                                .order_by(Suggestion.confidence, Suggestion.item_id).limit(1))
+        lowest = session.scalar(
+            select(Suggestion.item_id)
+            .where(Suggestion.question_id == card.question_row)
+            .order_by(Suggestion.confidence, Suggestion.item_id)
+            .limit(1)
+        )
     assert card.item_id == lowest and card.suggestion is not None and card.question.id == "team"
     annotation.answer(db, card, "ann", card.suggestion["answer"], seconds=1.5)
     other = next(n for n in card.question.names if n != card.suggestion["answer"])
@@ -60,8 +64,10 @@ def test_least_confidence_queue_serves_the_least_sure_first_and_answers_close_it
     annotation.answer(db, second, "ann", other, seconds=2.0)
     with db.read() as session:
         rows = session.scalars(select(Response).order_by(Response.id)).all()
-    assert [(r.source, r.suggestion_shown, r.seconds) for r in rows] == [("accepted", True, 1.5),
-                                                                          ("corrected", True, 2.0)]
+    assert [(r.source, r.suggestion_shown, r.seconds) for r in rows] == [
+        ("accepted", True, 1.5),
+        ("corrected", True, 2.0),
+    ]
     assert annotation.progress(db, card.project_id, card.question_row) == (2, 12)
 
 
@@ -112,19 +118,45 @@ def crafted(tmp_path, texts, runs):
         project = repo.create_project(session, "c", Schema.from_dict({**TICKETS, "samples": 1}), "owner")
         version = repo.latest_version(session, project.id)
         _, rows = repo.version_schema(version)
-        session.execute(insert(Item), [{"project_id": project.id, "external_id": None, "content_hash": str(i),
-                                        "text": t, "fields": {}, "created_at": utcnow()} for i, t in enumerate(texts)])
+        session.execute(
+            insert(Item),
+            [
+                {
+                    "project_id": project.id,
+                    "external_id": None,
+                    "content_hash": str(i),
+                    "text": t,
+                    "fields": {},
+                    "created_at": utcnow(),
+                }
+                for i, t in enumerate(texts)
+            ],
+        )
         items = list(session.scalars(select(Item.id).order_by(Item.id)))
         run_ids = []
         for spec in runs:
             run_id = repo.create_run(session, project.id, version, "crafted", "m", None, {}, "owner").id
             run_ids.append(run_id)
             for index, (answer, confidence, stderr) in spec.items():
-                session.add(Suggestion(run_id=run_id, item_id=items[index], question_id=rows["team"], answer=answer,
-                                       distribution={"billing": 0.3, "technical": 0.3, "account": 0.4},
-                                       confidence=confidence, full_vocab_confidence=confidence, entropy=1.0,
-                                       margin=0.1, label_mass=1.0, stderr=stderr, agreement=None, draws=4,
-                                       value=None, latency_ms=1.0))
+                session.add(
+                    Suggestion(
+                        run_id=run_id,
+                        item_id=items[index],
+                        question_id=rows["team"],
+                        answer=answer,
+                        distribution={"billing": 0.3, "technical": 0.3, "account": 0.4},
+                        confidence=confidence,
+                        full_vocab_confidence=confidence,
+                        entropy=1.0,
+                        margin=0.1,
+                        label_mass=1.0,
+                        stderr=stderr,
+                        agreement=None,
+                        draws=4,
+                        value=None,
+                        latency_ms=1.0,
+                    )
+                )
     return db, items, run_ids
 
 
@@ -133,15 +165,21 @@ def ids(card):
 
 
 def test_stderr_queue_serves_the_most_unstable_first(tmp_path):
-    db, items, _ = crafted(tmp_path, ["a", "b", "c"], [{0: ("billing", 0.5, 0.01), 1: ("billing", 0.9, 0.2),
-                                                         2: ("billing", 0.4, None)}])
+    db, items, _ = crafted(
+        tmp_path, ["a", "b", "c"], [{0: ("billing", 0.5, 0.01), 1: ("billing", 0.9, 0.2), 2: ("billing", 0.4, None)}]
+    )
     assert ids(annotation.next_card(db, "c", "team", "stderr", "ann")) == items[1]
 
 
 def test_run_disagreement_queue(tmp_path):
-    db, items, _ = crafted(tmp_path, ["a", "b", "c"], [
-        {0: ("billing", 0.5, None), 1: ("billing", 0.5, None), 2: ("account", 0.5, None)},
-        {0: ("billing", 0.6, None), 1: ("technical", 0.9, None), 2: ("technical", 0.4, None)}])
+    db, items, _ = crafted(
+        tmp_path,
+        ["a", "b", "c"],
+        [
+            {0: ("billing", 0.5, None), 1: ("billing", 0.5, None), 2: ("account", 0.5, None)},
+            {0: ("billing", 0.6, None), 1: ("technical", 0.9, None), 2: ("technical", 0.4, None)},
+        ],
+    )
     first = annotation.next_card(db, "c", "team", "run_disagreement", "ann")
     assert first.item_id == items[2]  # the least confident of the two that changed
     annotation.answer(db, first, "ann", "account", seconds=1.0)
@@ -167,10 +205,26 @@ def test_changed_queue_after_a_new_run(tmp_path):
         _, rows = repo.version_schema(version)
         run = repo.create_run(session, project.id, version, "crafted", "m", None, {}, "owner")
         for index, answer in ((0, "technical"), (1, "billing")):
-            session.add(Suggestion(run_id=run.id, item_id=items[index], question_id=rows["team"], answer=answer,
-                                   distribution={"billing": 0.5, "technical": 0.5, "account": 0.0}, confidence=0.5,
-                                   full_vocab_confidence=0.5, entropy=0.7, margin=0.0, label_mass=1.0, stderr=None,
-                                   agreement=None, draws=1, value=None, latency_ms=1.0, is_open=False))
+            session.add(
+                Suggestion(
+                    run_id=run.id,
+                    item_id=items[index],
+                    question_id=rows["team"],
+                    answer=answer,
+                    distribution={"billing": 0.5, "technical": 0.5, "account": 0.0},
+                    confidence=0.5,
+                    full_vocab_confidence=0.5,
+                    entropy=0.7,
+                    margin=0.0,
+                    label_mass=1.0,
+                    stderr=None,
+                    agreement=None,
+                    draws=1,
+                    value=None,
+                    latency_ms=1.0,
+                    is_open=False,
+                )
+            )
     again = annotation.next_card(db, "c", "team", "changed", "ann")
     assert again.item_id == items[0] and again.suggestion["answer"] == "technical"
     annotation.answer(db, again, "ann", "technical", seconds=1.0)
@@ -178,11 +232,16 @@ def test_changed_queue_after_a_new_run(tmp_path):
 
 
 def test_diverse_queue_moves_to_another_topic_after_each_answer(tmp_path):
-    families = ["Refund for invoice {} please, I was charged twice",
-                "The dashboard is down again since {} this morning",
-                "How do I add {} more seats to our team plan"]
-    texts = [families[0].format(i) for i in range(6)] + [families[1].format(i) for i in range(3)] + \
-        [families[2].format(i) for i in range(3)]
+    families = [
+        "Refund for invoice {} please, I was charged twice",
+        "The dashboard is down again since {} this morning",
+        "How do I add {} more seats to our team plan",
+    ]
+    texts = (
+        [families[0].format(i) for i in range(6)]
+        + [families[1].format(i) for i in range(3)]
+        + [families[2].format(i) for i in range(3)]
+    )
     # the refund family is the least confident of all: pure uncertainty would serve it six times in a row
     spec = {i: ("billing", 0.30 + 0.01 * i, None) for i in range(6)}
     spec.update({i: ("technical", 0.60 + 0.01 * i, None) for i in range(6, 12)})
@@ -203,13 +262,22 @@ def test_agreement_between_annotators(tmp_path):
     db, items, _ = crafted(tmp_path, ["a", "b", "c", "d"], [{i: ("billing", 0.5, None) for i in range(4)}])
     with db.session() as session:
         rows = repo.version_schema(repo.latest_version(session, repo.get_project(session, "c").id))[1]
-        for who, values in (("alice", ["billing", "billing", "account", "technical"]),
-                            ("bob", ["billing", "account", "account", "technical"])):
+        for who, values in (
+            ("alice", ["billing", "billing", "account", "technical"]),
+            ("bob", ["billing", "account", "account", "technical"]),
+        ):
             for item, value in zip(items, values):
                 repo.respond(session, repo.ResponseInput(item, rows["team"], who, value, "manual"))
     table, differing = review.agreement(db, "c")
-    assert table == [{"question": "team", "annotators": "alice / bob", "items": 4, "agreement": 0.75,
-                      "kappa": round(0.4375 / 0.6875, 3)}]
+    assert table == [
+        {
+            "question": "team",
+            "annotators": "alice / bob",
+            "items": 4,
+            "agreement": 0.75,
+            "kappa": round(0.4375 / 0.6875, 3),
+        }
+    ]
     # kappa by hand: p_o = 3/4; alice (2 billing, 1 account, 1 technical), bob (1, 2, 1) over 4:
     # p_e = (2*1 + 1*2 + 1*1) / 16 = 5/16; (0.75 - 0.3125) / (1 - 0.3125) = 0.63636
     assert differing == [{"item": items[1], "question": "team", "alice": "billing", "bob": "account"}]

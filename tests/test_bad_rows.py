@@ -19,7 +19,6 @@ from sqlalchemy import select
 
 from diffjev import Schema
 from diffjev.io import SourceError
-from diffjev.services import importing
 from diffjev.services.importing import import_items
 from diffjev.storage import repo
 from diffjev.storage.db import Database
@@ -46,8 +45,7 @@ def stored_ids(db):
 
 def jsonl_with(tmp_path, bad: bytes, name="items.jsonl"):
     """ROWS lines of good items, line BAD_LINE replaced by `bad`."""
-    lines = [json.dumps({"id": f"i{n}", "text": f"secret item text {n}", "n": n}).encode()
-             for n in range(1, ROWS + 1)]
+    lines = [json.dumps({"id": f"i{n}", "text": f"secret item text {n}", "n": n}).encode() for n in range(1, ROWS + 1)]
     lines[BAD_LINE - 1] = bad
     path = tmp_path / name
     path.write_bytes(b"\n".join(lines) + b"\n")
@@ -59,14 +57,20 @@ DEEP = b'{"id": "bad", "text": "deep", "tree": ' + b"[" * 100_000 + b"]" * 100_0
 BAD_JSONL = {
     "lone surrogate in the text": (b'{"id": "bad", "text": "broken \\ud800 escape"}', "lone surrogate escape"),
     "lone surrogate in a field name": (b'{"id": "bad", "text": "ok", "k\\udc00": 1}', "context field"),
-    "integer beyond 64 bits": (b'{"id": "bad", "text": "ok", "n": 123456789012345678901234567890}',
-                               "context field 'n' holds an integer beyond 64 bits"),
+    "integer beyond 64 bits": (
+        b'{"id": "bad", "text": "ok", "n": 123456789012345678901234567890}',
+        "context field 'n' holds an integer beyond 64 bits",
+    ),
     "JSON nested 100,000 deep": (DEEP, "nested too deep"),
     "NUL character in the text": (b'{"id": "bad", "text": "nul \\u0000 here"}', "NUL character in the text field"),
-    "id longer than the column": (json.dumps({"id": "x" * 600, "text": "long id"}).encode(),
-                                  "the id field 'id' has 600 characters, over the limit of 500"),
-    "text over the cap": (json.dumps({"id": "bad", "text": "y" * 100_001}).encode(),
-                          "has 100,001 characters, over the limit of 100,000"),
+    "id longer than the column": (
+        json.dumps({"id": "x" * 600, "text": "long id"}).encode(),
+        "the id field 'id' has 600 characters, over the limit of 500",
+    ),
+    "text over the cap": (
+        json.dumps({"id": "bad", "text": "y" * 100_001}).encode(),
+        "has 100,001 characters, over the limit of 100,000",
+    ),
 }
 
 
@@ -132,8 +136,9 @@ def fresh_database(postgres) -> str:
     return postgres.url.rsplit("/", 1)[0] + f"/{name}"
 
 
-def test_a_chunk_the_database_refuses_is_stored_row_by_row_without_leaking_texts(postgres, tmp_path, monkeypatch,
-                                                                                 capfd, caplog):
+def test_a_chunk_the_database_refuses_is_stored_row_by_row_without_leaking_texts(
+    postgres, tmp_path, monkeypatch, capfd, caplog
+):
     """Past the checks (here: the id limit taken off), PostgreSQL refuses one row of a chunk: that row
     alone is rejected with the database's reason, and neither the logs nor stderr see any item text."""
     db = Database(fresh_database(postgres))
@@ -141,8 +146,9 @@ def test_a_chunk_the_database_refuses_is_stored_row_by_row_without_leaking_texts
         repo.create_project(session, "p", Schema.from_dict(TICKETS), "owner")
     monkeypatch.setattr(repo, "EXTERNAL_ID_CHARS", 10_000)
     caplog.set_level(logging.DEBUG)
-    report = import_items(db, "p", jsonl_with(tmp_path, json.dumps({"id": "x" * 600, "text": "long"}).encode()),
-                          id_field="id")
+    report = import_items(
+        db, "p", jsonl_with(tmp_path, json.dumps({"id": "x" * 600, "text": "long"}).encode()), id_field="id"
+    )
     assert (report.imported, report.rejected) == (ROWS - 1, 1)
     assert report.rejects[0].line == BAD_LINE
     assert report.rejects[0].reason.startswith("the database refused it: value too long")
@@ -152,8 +158,13 @@ def test_a_chunk_the_database_refuses_is_stored_row_by_row_without_leaking_texts
 
 
 def cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "diffjev.cli", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "diffjev.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+    )
 
 
 def test_cli_import_on_postgresql_rejects_bad_rows_and_prints_no_item_text(postgres, tmp_path):
@@ -182,13 +193,14 @@ def test_an_interrupted_import_leaves_an_audit_event_for_what_it_stored(db, tmp_
     with db.read() as session:
         events = session.scalars(select(Event.payload).where(Event.kind == "items.imported")).all()
     assert len(stored_ids(db)) == 1_000
-    assert events == [{"source": str(path), "imported": 1_000, "duplicates": 0, "rejected": 0,
-                       "interrupted": "KeyboardInterrupt"}]
+    assert events == [
+        {"source": str(path), "imported": 1_000, "duplicates": 0, "rejected": 0, "interrupted": "KeyboardInterrupt"}
+    ]
 
 
 # CSV exports ---------------------------------------------------------------------------------------------
 
-FORMULAS = ["=HYPERLINK(\"http://x\",\"y\")", "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "\tTAB", "\rCR"]
+FORMULAS = ['=HYPERLINK("http://x","y")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "\tTAB", "\rCR"]
 HARMLESS = ["-5", "+3.25", "plain text"]
 
 
@@ -208,8 +220,9 @@ def test_cli_csv_export_neutralises_formulas_unless_told_not_to(db_url, db, tmp_
     rows = csv_texts(out)
     assert [rows[f"t{i}"]["text"] for i in range(len(texts))] == ["'" + t for t in FORMULAS] + HARMLESS
     assert all(int(r["item_id"]) > 0 for r in rows.values())  # numbers stay numbers
-    done = cli("export", "--project", "p", "--format", "csv", "--out", str(out), "--all", "--no-csv-escape",
-               "--db", db_url)
+    done = cli(
+        "export", "--project", "p", "--format", "csv", "--out", str(out), "--all", "--no-csv-escape", "--db", db_url
+    )
     assert done.returncode == 0, done.stderr
     assert [csv_texts(out)[f"t{i}"]["text"] for i in range(len(texts))] == texts
 
@@ -222,8 +235,16 @@ def formula_studio(tmp_path_factory, dgemma_engine):
     db = studio_db(folder / "studio.db", FORMULAS + HARMLESS, dgemma_engine)
     with db.session() as session:  # a run whose model name is someone's formula
         project = repo.get_project(session, "tickets")
-        repo.create_run(session, project.id, repo.latest_version(session, project.id), "vllm", "=cmd|' /C calc'!A0",
-                        None, {}, "owner")
+        repo.create_run(
+            session,
+            project.id,
+            repo.latest_version(session, project.id),
+            "vllm",
+            "=cmd|' /C calc'!A0",
+            None,
+            {},
+            "owner",
+        )
     server, _ = serve_studio(db, dgemma_engine)
     with server:
         yield server
@@ -257,6 +278,7 @@ def test_studio_csv_export_and_runs_compared_neutralise_formulas(formula_studio,
 
 # What reaches the model ------------------------------------------------------------------------------------
 
+
 def test_a_state_past_the_models_context_is_cut_before_the_prompt_and_the_read_says_so(tokenizer, schema):
     from diffjev.engines import TransformersEngine
     from diffjev.read import read_many
@@ -275,11 +297,23 @@ def test_a_state_past_the_models_context_is_cut_before_the_prompt_and_the_read_s
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.fixed_dictionaries({"text": st.text(min_size=1)}, optional={
-    "id": st.one_of(st.text(), st.integers()),
-    "extra": st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
-                          lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
-                          max_leaves=8)}), min_size=1, max_size=6))
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {"text": st.text(min_size=1)},
+            optional={
+                "id": st.one_of(st.text(), st.integers()),
+                "extra": st.recursive(
+                    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+                    max_leaves=8,
+                ),
+            },
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_every_row_read_is_one_the_databases_can_store(tmp_path, records):
     """Any record: either rejected with a reason, or a Row whose text and id PostgreSQL and SQLite both
     take (no NUL, no surrogate) and whose fields the JSON column's encoder takes."""
@@ -306,18 +340,29 @@ def test_the_served_model_refuses_a_prompt_past_its_context_as_vllm_does(vllm_se
     card = httpx.get(f"{vllm_server.url}/v1/models", timeout=30).json()["data"][0]
     limit = card["max_model_len"]
     assert limit == 131072
-    body = {"model": SERVED_NAME, "max_tokens": 4, "logprobs": True, "top_logprobs": 2,
-            "vllm_xargs": {"diffusion_canvas_length": 64, "diffusion_max_steps": 1, "diffusion_read_only": True}}
+    body = {
+        "model": SERVED_NAME,
+        "max_tokens": 4,
+        "logprobs": True,
+        "top_logprobs": 2,
+        "vllm_xargs": {"diffusion_canvas_length": 64, "diffusion_max_steps": 1, "diffusion_read_only": True},
+    }
     for content in ("x" * 10_000_000, "word " * 140_000):
         started = time.monotonic()
-        answer = httpx.post(f"{vllm_server.url}/v1/chat/completions", timeout=120,
-                            json={**body, "messages": [{"role": "user", "content": content}]})
+        answer = httpx.post(
+            f"{vllm_server.url}/v1/chat/completions",
+            timeout=120,
+            json={**body, "messages": [{"role": "user", "content": content}]},
+        )
         assert answer.status_code == 400, answer.text[:300]
         error = answer.json()["error"]
         assert f"maximum context length is {limit} tokens" in error["message"] and error["param"] == "messages"
         assert time.monotonic() - started < 60
-    fine = httpx.post(f"{vllm_server.url}/v1/chat/completions", timeout=120,
-                      json={**body, "messages": [{"role": "user", "content": "The export is broken."}]})
+    fine = httpx.post(
+        f"{vllm_server.url}/v1/chat/completions",
+        timeout=120,
+        json={**body, "messages": [{"role": "user", "content": "The export is broken."}]},
+    )
     assert fine.status_code == 200, fine.text[:300]
 
 

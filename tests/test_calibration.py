@@ -17,7 +17,9 @@ def test_ece_on_equal_mass_bins():
     # two bins of two items, sorted by confidence: (0.6, 0.7) -> acc 0.5, conf 0.65; (0.8, 0.9) -> acc 0.5, conf 0.85
     bins = cal.reliability_bins(PROBS, LABELS, bins=2)
     assert [(b.confidence, b.accuracy, b.count) for b in bins] == [
-        pytest.approx((0.65, 0.5, 2)), pytest.approx((0.85, 0.5, 2))]
+        pytest.approx((0.65, 0.5, 2)),
+        pytest.approx((0.85, 0.5, 2)),
+    ]
     assert cal.ece(PROBS, LABELS, bins=2) == pytest.approx(0.5 * 0.15 + 0.5 * 0.35)
     # one item per bin: |1-0.6|... sorted 0.6 (wrong), 0.7 (right), 0.8 (wrong), 0.9 (right)
     assert cal.ece(PROBS, LABELS, bins=15) == pytest.approx((0.6 + 0.3 + 0.8 + 0.1) / 4)
@@ -43,8 +45,11 @@ def test_score_errors_mae_and_quadratic_kappa():
 def test_auto_accept_curve_point_by_point_and_the_threshold_for_a_target():
     curve = cal.auto_accept_curve(PROBS, LABELS)
     assert [(pt.threshold, pt.coverage, pt.accuracy) for pt in curve] == [
-        pytest.approx((0.9, 0.25, 1.0)), pytest.approx((0.8, 0.5, 0.5)),
-        pytest.approx((0.7, 0.75, 2 / 3)), pytest.approx((0.6, 1.0, 0.5))]
+        pytest.approx((0.9, 0.25, 1.0)),
+        pytest.approx((0.8, 0.5, 0.5)),
+        pytest.approx((0.7, 0.75, 2 / 3)),
+        pytest.approx((0.6, 1.0, 0.5)),
+    ]
     assert cal.threshold_for(curve, 0.6).threshold == pytest.approx(0.7)
     assert cal.threshold_for(curve, 0.99).threshold == pytest.approx(0.9)
     assert cal.threshold_for([cal.AcceptPoint(0.5, 1.0, 0.4)], 0.9) is None

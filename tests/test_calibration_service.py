@@ -10,8 +10,12 @@ from diffjev.storage import repo
 from diffjev.storage.db import Database
 from diffjev.storage.models import Item, ItemRead, Response, Suggestion, utcnow
 
-SCHEMA = {"questions": [{"id": "team", "type": "choice", "instructions": "Team?",
-                         "options": ["billing", "technical", "account"]}], "samples": 1}
+SCHEMA = {
+    "questions": [
+        {"id": "team", "type": "choice", "instructions": "Team?", "options": ["billing", "technical", "account"]}
+    ],
+    "samples": 1,
+}
 
 
 def seeded(tmp_path, n_items, blind_every=0):
@@ -22,26 +26,75 @@ def seeded(tmp_path, n_items, blind_every=0):
         project = repo.create_project(session, "p", Schema.from_dict(SCHEMA), "owner")
         version = repo.latest_version(session, project.id)
         _, rows = repo.version_schema(version)
-        runs = [repo.create_run(session, project.id, version, engine, "m", None, {}, "owner").id
-                for engine in ("diffusion", "autoregressive-sequential")]
-        session.execute(insert(Item), [{"project_id": project.id, "external_id": f"i{i}", "content_hash": f"h{i}",
-                                        "text": f"t{i}", "fields": {}, "created_at": now} for i in range(n_items)])
+        runs = [
+            repo.create_run(session, project.id, version, engine, "m", None, {}, "owner").id
+            for engine in ("diffusion", "autoregressive-sequential")
+        ]
+        session.execute(
+            insert(Item),
+            [
+                {
+                    "project_id": project.id,
+                    "external_id": f"i{i}",
+                    "content_hash": f"h{i}",
+                    "text": f"t{i}",
+                    "fields": {},
+                    "created_at": now,
+                }
+                for i in range(n_items)
+            ],
+        )
         items = list(session.scalars(select(Item.id).order_by(Item.id)))
         for run_id, right, passes in ((runs[0], lambda i: i % 2 == 0, 1), (runs[1], lambda i: i % 3 == 0, 3)):
             for k, item in enumerate(items):
                 top = 0.7 + 0.2 * (k % 2)
-                dist = {"billing": top, "technical": 1 - top, "account": 0.0} if right(k) else \
-                    {"billing": 1 - top, "technical": top, "account": 0.0}
-                session.add(Suggestion(run_id=run_id, item_id=item, question_id=rows["team"],
-                                       answer=max(dist, key=dist.get), distribution=dist, confidence=top,
-                                       full_vocab_confidence=top, entropy=0.5, margin=0.1, label_mass=1.0,
-                                       stderr=None, agreement=None, draws=1, value=None, latency_ms=10.0 * passes))
-                session.add(ItemRead(run_id=run_id, item_id=item, status="ok", attempts=1, latency_ms=10.0 * passes,
-                                     diagnostics={"model_passes": passes}))
+                dist = (
+                    {"billing": top, "technical": 1 - top, "account": 0.0}
+                    if right(k)
+                    else {"billing": 1 - top, "technical": top, "account": 0.0}
+                )
+                session.add(
+                    Suggestion(
+                        run_id=run_id,
+                        item_id=item,
+                        question_id=rows["team"],
+                        answer=max(dist, key=dist.get),
+                        distribution=dist,
+                        confidence=top,
+                        full_vocab_confidence=top,
+                        entropy=0.5,
+                        margin=0.1,
+                        label_mass=1.0,
+                        stderr=None,
+                        agreement=None,
+                        draws=1,
+                        value=None,
+                        latency_ms=10.0 * passes,
+                    )
+                )
+                session.add(
+                    ItemRead(
+                        run_id=run_id,
+                        item_id=item,
+                        status="ok",
+                        attempts=1,
+                        latency_ms=10.0 * passes,
+                        diagnostics={"model_passes": passes},
+                    )
+                )
         for k, item in enumerate(items):
-            session.add(Response(item_id=item, question_id=rows["team"], annotator="ann", value="billing",
-                                 source="manual", suggestion_shown=not (blind_every and k % blind_every == 0),
-                                 status="submitted", revision=1))
+            session.add(
+                Response(
+                    item_id=item,
+                    question_id=rows["team"],
+                    annotator="ann",
+                    value="billing",
+                    source="manual",
+                    suggestion_shown=not (blind_every and k % blind_every == 0),
+                    status="submitted",
+                    revision=1,
+                )
+            )
     return db, runs
 
 

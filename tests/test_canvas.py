@@ -19,7 +19,7 @@ def template_span(canvas, fmt):
     """The canvas ids between the head and the turn-close token."""
     ids = list(canvas.ids)
     end = ids.index(fmt.turn_close_id, len(fmt.head_ids))
-    return ids[len(fmt.head_ids):end], end
+    return ids[len(fmt.head_ids) : end], end
 
 
 @pytest.mark.parametrize("template", [None, "Urgent: {urgent}\nTeam: {team}\nTone: {tone}/3"])
@@ -39,7 +39,7 @@ def test_fixed_text_decodes_to_the_template_and_each_label_fills_its_slot(builde
             assert tokenizer.decode(filled) == schema.template.render(fill)
     # After the template: the turn close, then padding up to the width.
     assert canvas.ids[end] == builder.format.turn_close_id
-    assert set(canvas.ids[end + 1:]) <= {builder.format.pad_id}
+    assert set(canvas.ids[end + 1 :]) <= {builder.format.pad_id}
 
 
 def test_slots_hold_seeded_noise_never_a_label(builder, schema):
@@ -73,8 +73,13 @@ def test_prompt_is_the_chat_template_over_questions_labels_and_state(builder, to
     canvas = builder.build(schema, {"subject": "Outage", "body": "Ça ne marche plus"}, seed=1)
     text = tokenizer.decode(canvas.prompt_ids)
     assert text.startswith("<bos><start_of_turn>user\n") and text.endswith("<start_of_turn>model\n")
-    for needle in ("Question team: Which team should handle it?", "B: technical (bugs, outages)", "0: calm",
-                   "tone: <tone>", '{"subject": "Outage", "body": "Ça ne marche plus"}'):
+    for needle in (
+        "Question team: Which team should handle it?",
+        "B: technical (bugs, outages)",
+        "0: calm",
+        "tone: <tone>",
+        '{"subject": "Outage", "body": "Ça ne marche plus"}',
+    ):
         assert needle in text
 
 
@@ -88,8 +93,13 @@ def test_labels_that_merge_with_the_template_text_are_refused_by_name(builder):
 
 def test_a_template_wider_than_the_served_canvas_is_refused(tokenizer):
     narrow = CanvasBuilder(tokenizer, ModelFormat.from_tokenizer(tokenizer), max_width=16)
-    schema = Schema.from_dict({**TICKETS, "template": "The customer is urgent: {urgent}. Route it to the "
-                                                      "team: {team}. Their tone is: {tone} of three."})
+    schema = Schema.from_dict(
+        {
+            **TICKETS,
+            "template": "The customer is urgent: {urgent}. Route it to the "
+            "team: {team}. Their tone is: {tone} of three.",
+        }
+    )
     with pytest.raises(SchemaError) as err:
         narrow.layout(schema)
     assert err.value.field == "template" and "holds 16" in str(err.value)
@@ -102,7 +112,7 @@ def test_canvas_head_and_turn_close_come_from_the_tokenizer(tokenizer, schema):
     open_id, close_id, turn_id = gemma4.convert_tokens_to_ids(["<|channel>", "<channel|>", "<turn|>"])
     assert fmt.head_ids[0] == open_id and fmt.head_ids[-1] == close_id and fmt.turn_close_id == turn_id
     canvas = CanvasBuilder(gemma4, fmt).build(schema, "x", seed=1)
-    assert canvas.ids[:len(fmt.head_ids)] == fmt.head_ids
+    assert canvas.ids[: len(fmt.head_ids)] == fmt.head_ids
     assert min(canvas.slots.values()) >= len(fmt.head_ids)
     # Gemma 3's vocabulary has no thought block: no head, and <end_of_turn> closes the turn.
     plain = ModelFormat.from_tokenizer(tokenizer)

@@ -14,15 +14,34 @@ from conftest import TICKETS, free_port
 
 
 def diffjev(*args, input=None, timeout=120):
-    return subprocess.run([sys.executable, "-m", "diffjev.cli", *args], input=input, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "diffjev.cli", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
 
 
 @pytest.fixture(scope="module")
 def served(tokenizer):  # the tokenizer fixture converts and caches the offline Gemma tokenizer first
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "diffjev.cli", "serve-model", "--tiny", "--port", str(port),
-                             "--served-model-name", "tiny"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "diffjev.cli",
+            "serve-model",
+            "--tiny",
+            "--port",
+            str(port),
+            "--served-model-name",
+            "tiny",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 90
     while True:
@@ -44,8 +63,20 @@ def test_read_prints_one_decision_per_state_from_a_served_model(served, tmp_path
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps(TICKETS))
     states = 'Everything is down.\n{"subject": "refund", "body": "charged twice"}\n'
-    result = diffjev("read", "--schema", str(schema), "--engine", "vllm", "--url", served, "--model", "tiny",
-                     "--tokenizer", str(cache_dir() / "gemma3-270m-tokenizer"), input=states)
+    result = diffjev(
+        "read",
+        "--schema",
+        str(schema),
+        "--engine",
+        "vllm",
+        "--url",
+        served,
+        "--model",
+        "tiny",
+        "--tokenizer",
+        str(cache_dir() / "gemma3-270m-tokenizer"),
+        input=states,
+    )
     assert result.returncode == 0, result.stderr
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert [line["state"] for line in lines] == ["Everything is down.", {"subject": "refund", "body": "charged twice"}]
@@ -80,11 +111,15 @@ def test_init_import_prelabel_stats_export_from_the_command_line(tmp_path, tiny_
     schema.write_text(json.dumps({**TICKETS, "samples": 1}))
     items = tmp_path / "items.csv"
     items.write_text("id,body,plan\n1,Site is down,pro\n2,,free\n3,Refund me,team\n")
-    assert diffjev("init", "--db", db, "--project", "t", "--schema", str(schema), "--text-field", "body").returncode == 0
+    assert (
+        diffjev("init", "--db", db, "--project", "t", "--schema", str(schema), "--text-field", "body").returncode == 0
+    )
     imported = diffjev("import", "--db", db, "--project", "t", str(items), "--id-field", "id")
     assert imported.returncode == 0
     assert "imported 2, duplicates 0, rejected 1" in imported.stdout and "line 3: empty text" in imported.stdout
-    run = diffjev("prelabel", "--db", db, "--project", "t", "--engine", "transformers", "--model", str(tiny_model_folder))
+    run = diffjev(
+        "prelabel", "--db", db, "--project", "t", "--engine", "transformers", "--model", str(tiny_model_folder)
+    )
     assert run.returncode == 0, run.stderr
     assert "run 1 completed: 2 read, 0 failed" in run.stdout
     stats = diffjev("stats", "--db", db, "--project", "t")
@@ -108,8 +143,21 @@ def test_every_command_has_help():
 def test_serve_model_builds_the_vllm_command_and_says_when_vllm_is_missing():
     dry = diffjev("serve-model", "--model", "google/diffusiongemma-26B-A4B-it", "--canvas", "128", "--dry-run")
     assert dry.returncode == 0
-    assert dry.stdout.split() == ["vllm", "serve", "google/diffusiongemma-26B-A4B-it", "--port", "8000", "--host",
-                                  "127.0.0.1", "--diffusion-config", "'{\"canvas_length\":", "128}'",
-                                  "--max-logprobs", "32", "--enable-prefix-caching", "--async-scheduling"]
+    assert dry.stdout.split() == [
+        "vllm",
+        "serve",
+        "google/diffusiongemma-26B-A4B-it",
+        "--port",
+        "8000",
+        "--host",
+        "127.0.0.1",
+        "--diffusion-config",
+        '\'{"canvas_length":',
+        "128}'",
+        "--max-logprobs",
+        "32",
+        "--enable-prefix-caching",
+        "--async-scheduling",
+    ]
     missing = diffjev("serve-model", "--model", "google/diffusiongemma-26B-A4B-it")
     assert missing.returncode == 2 and "vllm is not installed here" in missing.stderr

@@ -11,11 +11,15 @@ YES, NO = 11262, 951
 A, B, C = 562, 603, 565
 OTHER = 9999
 
-SCHEMA = Schema.from_dict({"questions": [
-    {"id": "urgent", "type": "yes_no", "instructions": "Urgent?"},
-    {"id": "team", "type": "choice", "instructions": "Team?", "options": ["billing", "technical", "account"]},
-    {"id": "tone", "type": "score", "instructions": "Upset?", "levels": ["calm", "annoyed", "furious"]},
-]})
+SCHEMA = Schema.from_dict(
+    {
+        "questions": [
+            {"id": "urgent", "type": "yes_no", "instructions": "Urgent?"},
+            {"id": "team", "type": "choice", "instructions": "Team?", "options": ["billing", "technical", "account"]},
+            {"id": "tone", "type": "score", "instructions": "Upset?", "levels": ["calm", "annoyed", "furious"]},
+        ]
+    }
+)
 LABELS = {"urgent": (YES, NO), "team": (A, B, C), "tone": (A, B, C)}
 ln = math.log
 
@@ -66,8 +70,11 @@ def test_margin_and_entropy_on_three_labels_and_the_score_value():
 
 
 def test_auto_policy_adds_draws_only_when_a_slot_is_unsure():
-    sure = {"urgent": SlotRead({YES: ln(0.99), NO: ln(0.001)}), "team": SlotRead({A: ln(0.98), B: ln(0.001), C: ln(0.001)}),
-            "tone": SlotRead({A: ln(0.001), B: ln(0.001), C: ln(0.97)})}
+    sure = {
+        "urgent": SlotRead({YES: ln(0.99), NO: ln(0.001)}),
+        "team": SlotRead({A: ln(0.98), B: ln(0.001), C: ln(0.001)}),
+        "tone": SlotRead({A: ln(0.001), B: ln(0.001), C: ln(0.97)}),
+    }
     unsure = dict(sure, tone=SlotRead({A: ln(0.3), B: ln(0.3), C: ln(0.4)}))
     assert needs_more_draws(SCHEMA, sure, LABELS) == 0  # every slot's entropy is under 0.1 nats
     assert needs_more_draws(SCHEMA, unsure, LABELS) == 3  # auto_max 4, one read already made
@@ -78,16 +85,23 @@ def test_auto_policy_adds_draws_only_when_a_slot_is_unsure():
 
 
 def test_jev_shapes_follow_upstream():
-    reads = [{"urgent": SlotRead({YES: ln(0.6), NO: ln(0.2)}, argmax=OTHER),
-              "team": SlotRead({A: ln(0.1), B: ln(0.7), C: ln(0.1)}),
-              "tone": SlotRead({A: ln(0.25), B: ln(0.25), C: ln(0.5)})}]
+    reads = [
+        {
+            "urgent": SlotRead({YES: ln(0.6), NO: ln(0.2)}, argmax=OTHER),
+            "team": SlotRead({A: ln(0.1), B: ln(0.7), C: ln(0.1)}),
+            "tone": SlotRead({A: ln(0.25), B: ln(0.25), C: ln(0.5)}),
+        }
+    ]
     from diffjev.decide import Decision
 
     decision = Decision(decide(SCHEMA, reads, LABELS), SCHEMA)
     jev = decision.to_jev()
-    assert jev["urgent"] == {"type": "noul", "noul": pytest.approx(0.75),
-                             "probabilities": {"yes": pytest.approx(0.75), "no": pytest.approx(0.25)},
-                             "confidence": pytest.approx(0.6)}
+    assert jev["urgent"] == {
+        "type": "noul",
+        "noul": pytest.approx(0.75),
+        "probabilities": {"yes": pytest.approx(0.75), "no": pytest.approx(0.25)},
+        "confidence": pytest.approx(0.6),
+    }
     assert jev["team"]["choice"] == "technical" and jev["team"]["confidence"] == pytest.approx(0.7)
     assert set(jev["team"]["probabilities"]) == {"billing", "technical", "account"}
     assert jev["tone"]["legend"] == {"0": "calm", "1": "annoyed", "2": "furious"}

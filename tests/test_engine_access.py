@@ -61,8 +61,9 @@ def setup(tmp_path_factory, dgemma_engine, tiny_model_folder):
     folder = tmp_path_factory.mktemp("engine-access")
     db = studio_db(folder / "access.db", ["The site is down", "Refund please"], dgemma_engine)
     with Recorder() as internal, Recorder() as allowed:
-        server, studio = serve_studio(db, dgemma_engine, engine_urls=(allowed.url + "/",),
-                                      model_dir=tiny_model_folder.parent)
+        server, studio = serve_studio(
+            db, dgemma_engine, engine_urls=(allowed.url + "/",), model_dir=tiny_model_folder.parent
+        )
         with server:
             yield Client(server.url, verbose=False), internal, allowed
 
@@ -87,12 +88,15 @@ def test_a_url_off_the_allow_list_is_refused_naming_the_setting_and_never_fetche
     assert internal.requests == []
 
 
-@pytest.mark.parametrize("status, body, says", [
-    (500, f"<html>{SECRET}</html>".encode(), "answered 500 (Internal Server Error)"),
-    (403, json.dumps({"error": {"message": SECRET}}).encode(), "answered 403 (Forbidden)"),
-    (200, f"{SECRET} is not JSON".encode(), "answered with malformed JSON"),
-    (200, json.dumps({"answers": {"urgent": {"probabilities": {"yes": SECRET}}}}).encode(), "not a structured"),
-])
+@pytest.mark.parametrize(
+    "status, body, says",
+    [
+        (500, f"<html>{SECRET}</html>".encode(), "answered 500 (Internal Server Error)"),
+        (403, json.dumps({"error": {"message": SECRET}}).encode(), "answered 403 (Forbidden)"),
+        (200, f"{SECRET} is not JSON".encode(), "answered with malformed JSON"),
+        (200, json.dumps({"answers": {"urgent": {"probabilities": {"yes": SECRET}}}}).encode(), "not a structured"),
+    ],
+)
 def test_the_failures_table_never_shows_what_the_server_answered(setup, status, body, says):
     client, _, allowed = setup
     allowed.status, allowed.body = status, body
@@ -124,20 +128,27 @@ def test_allowed_model_refuses_links_out_and_names_that_are_local_paths(tmp_path
             allowed_model(name, models)
 
 
-@pytest.mark.parametrize("url, says", [
-    ("http://127.0.0.1:9/x?y=", "query or a fragment"),
-    ("http://127.0.0.1:9#top", "query or a fragment"),
-    ("ftp://127.0.0.1:9", "http:// or https://"),
-    ("http://a@b@127.0.0.1:9", "names no host"),
-    ("http://127.0.0.1:99999", "port"),
-    ("http://127.0.0.1:9/a b", "spaces"),
-])
+@pytest.mark.parametrize(
+    "url, says",
+    [
+        ("http://127.0.0.1:9/x?y=", "query or a fragment"),
+        ("http://127.0.0.1:9#top", "query or a fragment"),
+        ("ftp://127.0.0.1:9", "http:// or https://"),
+        ("http://a@b@127.0.0.1:9", "names no host"),
+        ("http://127.0.0.1:99999", "port"),
+        ("http://127.0.0.1:9/a b", "spaces"),
+    ],
+)
 def test_every_caller_refuses_odd_server_urls(url, says, tmp_path):
     with pytest.raises(EngineError, match=says):
         JevAPIEngine(url)
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps({"questions": [{"id": "q", "type": "yes_no", "instructions": "?"}]}))
-    done = subprocess.run([sys.executable, "-m", "diffjev.cli", "read", "--schema", str(schema), "--engine", "jev",
-                           "--url", url, "x"], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "DIFFJEV_VLLM_URL": ""})
+    done = subprocess.run(
+        [sys.executable, "-m", "diffjev.cli", "read", "--schema", str(schema), "--engine", "jev", "--url", url, "x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DIFFJEV_VLLM_URL": ""},
+    )
     assert done.returncode == 2 and says in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -22,8 +22,10 @@ def assert_matches_full_forward(engine, canvas, full, offset=0):
         assert got[qid].argmax == int(full[pos + offset].argmax())
 
 
-LONG_TEMPLATE = ("Is a reply needed within the hour? {urgent}. The team that should take this ticket is: {team}. "
-                 "On a scale from zero to two, the customer is upset at level {tone}.")
+LONG_TEMPLATE = (
+    "Is a reply needed within the hour? {urgent}. The team that should take this ticket is: {team}. "
+    "On a scale from zero to two, the customer is upset at level {tone}."
+)
 
 
 @pytest.mark.parametrize("template", [None, LONG_TEMPLATE])
@@ -114,8 +116,11 @@ def test_read_many_keeps_order_and_records_diagnostics(dgemma_engine, schema):
         for qid, answer in alone.answers.items():
             assert decision.answers[qid].probabilities == pytest.approx(answer.probabilities, abs=1e-6)
     d = many[0].diagnostics
-    assert d["engine"] == "transformers" and d["prompt_ids"] and d["canvas_ids"][d["slots"]["team"]] not in \
-        d["label_ids"]["team"]
+    assert (
+        d["engine"] == "transformers"
+        and d["prompt_ids"]
+        and d["canvas_ids"][d["slots"]["team"]] not in d["label_ids"]["team"]
+    )
     assert set(d["slots"]) == {"urgent", "team", "tone"} and len(d["label_ids"]["team"]) == 3
     assert d["timing"]["read_s"] > 0
 

@@ -33,8 +33,13 @@ def integrity(db) -> str:
 
 def suggestion_rows(db, run_id):
     with db.read() as session:
-        return sorted(session.execute(select(Suggestion.item_id, Suggestion.question_id, Suggestion.answer,
-                                             Suggestion.confidence).where(Suggestion.run_id == run_id)).all())
+        return sorted(
+            session.execute(
+                select(Suggestion.item_id, Suggestion.question_id, Suggestion.answer, Suggestion.confidence).where(
+                    Suggestion.run_id == run_id
+                )
+            ).all()
+        )
 
 
 def test_the_server_going_away_mid_run_stops_it_and_a_resume_completes_it(tmp_path, dgemma_engine, tokenizer):
@@ -48,8 +53,9 @@ def test_the_server_going_away_mid_run_stops_it_and_a_resume_completes_it(tmp_pa
         if progress.done == 8:
             server.__exit__(None, None, None)  # the port closes: every later read is refused
 
-    report = prelabel(db, "p", engine, batch_items=8, retries=2, backoff_s=0.01, stop_after=4,
-                      progress=server_goes_away)
+    report = prelabel(
+        db, "p", engine, batch_items=8, retries=2, backoff_s=0.01, stop_after=4, progress=server_goes_away
+    )
     engine.close()
     assert report.status == "failed"
     assert "stopped after 4 items in a row failed" in report.error and "cannot reach" in report.error
@@ -88,11 +94,17 @@ def test_per_request_timeouts_hold_and_cancel_returns_while_reads_hang(tmp_path,
     assert waited < 10, "cancel must not wait for reads the server holds (up to the 120 s timeout)"
 
 
-@pytest.mark.parametrize("status, body, says", [
-    (500, {"error": {"message": "EngineCore died", "code": 500}}, "answered 500 (Internal Server Error)"),
-    (200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": "yes"}}]},
-     "has no usable choices[0].logprobs.content"),
-])
+@pytest.mark.parametrize(
+    "status, body, says",
+    [
+        (500, {"error": {"message": "EngineCore died", "code": 500}}, "answered 500 (Internal Server Error)"),
+        (
+            200,
+            {"choices": [{"index": 0, "message": {"role": "assistant", "content": "yes"}}]},
+            "has no usable choices[0].logprobs.content",
+        ),
+    ],
+)
 def test_a_500_or_an_answer_without_logprobs_is_a_clear_error_for_each_item(tmp_path, tokenizer, status, body, says):
     db = project_db(tmp_path / "wrong.db", 4)
     with CannedFault(status, json.dumps(body).encode()) as broken:
@@ -141,8 +153,9 @@ prelabel(db, "p", TransformersEngine(sys.argv[2]), batch_items=8)
 def test_sigkill_during_a_batch_commit_leaves_whole_batches(tmp_path, tiny_model_folder):
     path, marker = tmp_path / "commit.db", tmp_path / "marker"
     db = project_db(path, 40)
-    child = subprocess.Popen([sys.executable, "-c", PAUSE_IN_COMMIT, str(path), str(tiny_model_folder), str(marker)],
-                             stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-c", PAUSE_IN_COMMIT, str(path), str(tiny_model_folder), str(marker)], stderr=subprocess.PIPE
+    )
     kill_when_paused(child, marker)
     assert integrity(db) == "ok"
     ok, suggestions, distinct, orphans = counts(db)
@@ -172,8 +185,9 @@ def test_sigkill_during_an_export_leaves_no_half_file(tmp_path, fmt):
     out.mkdir()
     project_db(path, 30)
     target = out / f"labels.{fmt}"
-    child = subprocess.Popen([sys.executable, "-c", PAUSE_IN_EXPORT, str(path), str(target), str(marker), fmt],
-                             stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-c", PAUSE_IN_EXPORT, str(path), str(target), str(marker), fmt], stderr=subprocess.PIPE
+    )
     kill_when_paused(child, marker)
     assert not target.exists(), "nothing under the export's name"
     left = [p.name for p in out.iterdir()]
@@ -210,9 +224,13 @@ def test_a_full_disk_during_export_is_a_clear_error_and_leaves_no_file(tmp_path,
 
     import_items(db, "p", pd.DataFrame({"text": [f"Ticket {i}: " + os.urandom(600).hex() for i in range(400)]}))
     # A 128 KiB tmpfs in a private mount namespace (as root, or as a user through a user namespace).
-    script = f"mount -t tmpfs -o size=128k tmpfs {small} && exec {sys.executable} -c \"$0\" \"$@\""
-    done = subprocess.run(["unshare", "-rm", "sh", "-c", script, FILL_THE_DISK, str(path), str(small), fmt],
-                          capture_output=True, text=True, timeout=300)
+    script = f'mount -t tmpfs -o size=128k tmpfs {small} && exec {sys.executable} -c "$0" "$@"'
+    done = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, FILL_THE_DISK, str(path), str(small), fmt],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["outcome"].startswith(f"the export could not be written to {small}/labels.{fmt}: no space left")
@@ -233,8 +251,7 @@ def test_a_database_locked_by_another_writer_makes_the_answer_wait_not_fail(tmp_
         annotator.predict("team", "Least confidence first", api_name="/annotate_start")
         other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         other.execute("BEGIN IMMEDIATE")  # another writer holds the write lock for 3 s
-        other.execute("INSERT INTO events (at, actor, kind, payload) VALUES (CURRENT_TIMESTAMP, 'other', 'held', "
-                      "'{}')")
+        other.execute("INSERT INTO events (at, actor, kind, payload) VALUES (CURRENT_TIMESTAMP, 'other', 'held', '{}')")
         threading.Timer(3.0, lambda: other.execute("COMMIT")).start()
         started = time.monotonic()
         card = annotator.predict(api_name="/accept")
@@ -247,8 +264,9 @@ def test_a_database_locked_by_another_writer_makes_the_answer_wait_not_fail(tmp_
     assert stored == ["accepted"]
 
 
-def test_a_database_failure_while_listing_items_fails_the_run_instead_of_completing_it(tmp_path, dgemma_engine,
-                                                                                        monkeypatch):
+def test_a_database_failure_while_listing_items_fails_the_run_instead_of_completing_it(
+    tmp_path, dgemma_engine, monkeypatch
+):
     from diffjev.storage import repo
 
     db = project_db(tmp_path / "listing.db", 20)

@@ -68,8 +68,17 @@ nasty_text = st.one_of(
     st.text(alphabet=st.sampled_from(CONTROL + "ab <>&\"'"), min_size=1, max_size=80),
     st.text(min_size=1, max_size=200),
     st.builds(lambda t, n: (t or "x") * n, st.text(max_size=20), st.integers(1, 20)),
-    st.sampled_from(["<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "שלום עולם مرحبا بالعالم",
-                     "\u202eevil.exe\u202c", "&lt;already escaped&gt;", "]]><!--", "{{7*7}} ${7*7}"]),
+    st.sampled_from(
+        [
+            "<script>alert(1)</script>",
+            "<img src=x onerror=alert(1)>",
+            "שלום עולם مرحبا بالعالم",
+            "\u202eevil.exe\u202c",
+            "&lt;already escaped&gt;",
+            "]]><!--",
+            "{{7*7}} ${7*7}",
+        ]
+    ),
 )
 
 

@@ -30,17 +30,21 @@ def count(db):
 def test_csv_reimport_adds_nothing_and_bad_rows_are_named_by_line(db, tmp_path):
     path = tmp_path / "items.csv"
     path.write_bytes(
-        b'id,text,plan\n'                                   # line 1
-        b'1,"Site is down",pro\n'                            # line 2
-        b'2,"A note\nover two lines",free\n'                 # lines 3-4
-        b'3,,pro\n'                                          # line 5: empty text
-        b'4,"Bad \xff\xfe bytes",pro\n'                      # line 6: not UTF-8
-        b'5,too,many,fields\n'                               # line 7
-        b'6,"Last one",team\n')                              # line 8
+        b"id,text,plan\n"  # line 1
+        b'1,"Site is down",pro\n'  # line 2
+        b'2,"A note\nover two lines",free\n'  # lines 3-4
+        b"3,,pro\n"  # line 5: empty text
+        b'4,"Bad \xff\xfe bytes",pro\n'  # line 6: not UTF-8
+        b"5,too,many,fields\n"  # line 7
+        b'6,"Last one",team\n'
+    )  # line 8
     first = import_items(db, "p", path, id_field="id")
     assert (first.imported, first.duplicates, first.rejected) == (3, 0, 3)
     assert [(r.line, r.reason) for r in first.rejects] == [
-        (5, "empty text in field 'text'"), (6, "bytes that are not UTF-8"), (7, "4 fields where the header has 3")]
+        (5, "empty text in field 'text'"),
+        (6, "bytes that are not UTF-8"),
+        (7, "4 fields where the header has 3"),
+    ]
     again = import_items(db, "p", path, id_field="id")
     assert (again.imported, again.duplicates, again.rejected) == (0, 3, 3)
     assert count(db) == 3
@@ -48,15 +52,20 @@ def test_csv_reimport_adds_nothing_and_bad_rows_are_named_by_line(db, tmp_path):
 
 def test_jsonl_without_ids_keys_on_content(db, tmp_path):
     path = tmp_path / "items.jsonl"
-    path.write_bytes(b"\n".join([
-        json.dumps({"text": "same"}).encode(),                 # line 1
-        json.dumps({"text": "same"}).encode(),                 # line 2: a duplicate of line 1
-        b"{not json",                                          # line 3
-        b"\xff\xfe",                                           # line 4: not UTF-8
-        json.dumps({"body": "no text"}).encode(),              # line 5
-        json.dumps(["a list"]).encode(),                       # line 6
-        json.dumps({"text": "same", "lang": "fr"}).encode(),   # line 7: same text, other context
-    ]) + b"\n")
+    path.write_bytes(
+        b"\n".join(
+            [
+                json.dumps({"text": "same"}).encode(),  # line 1
+                json.dumps({"text": "same"}).encode(),  # line 2: a duplicate of line 1
+                b"{not json",  # line 3
+                b"\xff\xfe",  # line 4: not UTF-8
+                json.dumps({"body": "no text"}).encode(),  # line 5
+                json.dumps(["a list"]).encode(),  # line 6
+                json.dumps({"text": "same", "lang": "fr"}).encode(),  # line 7: same text, other context
+            ]
+        )
+        + b"\n"
+    )
     report = import_items(db, "p", path)
     assert report.imported == 2  # "same" once, and "same" with other context fields
     assert report.duplicates == 1
@@ -80,12 +89,15 @@ def test_parquet_dataframe_and_dataset_sources(db, tmp_path):
     assert stored[0].fields == {"n": 1}
 
 
-@pytest.mark.parametrize("make, says", [
-    (lambda tmp: tmp / "missing.csv", "no file"),
-    (lambda tmp: (tmp / "x.txt").write_text("hi") and tmp / "x.txt", "use a .csv, .jsonl or .parquet"),
-    (lambda tmp: (tmp / "h.csv").write_text("body\nhello\n") and tmp / "h.csv", "no column 'text'"),
-    (lambda tmp: "someone/some-dataset", "not a local folder"),
-])
+@pytest.mark.parametrize(
+    "make, says",
+    [
+        (lambda tmp: tmp / "missing.csv", "no file"),
+        (lambda tmp: (tmp / "x.txt").write_text("hi") and tmp / "x.txt", "use a .csv, .jsonl or .parquet"),
+        (lambda tmp: (tmp / "h.csv").write_text("body\nhello\n") and tmp / "h.csv", "no column 'text'"),
+        (lambda tmp: "someone/some-dataset", "not a local folder"),
+    ],
+)
 def test_sources_that_cannot_be_imported_say_why_and_import_nothing(db, tmp_path, make, says):
     with pytest.raises(SourceError, match=says):
         import_items(db, "p", make(tmp_path))

@@ -11,13 +11,27 @@ from diffjev.jev import question_canvas
 from conftest import SERVED_NAME, STATES, TICKETS
 from faulty_servers import closed_port_url
 
-JEV_BODY = {"model": SERVED_NAME, "state": STATES[0], "questions": {
-    "urgent": {"type": "noul", "instructions": "Does the customer need a reply within the hour?",
-               "criteria": {"true": "a reply is needed soon", "false": "it can wait"}},
-    "team": {"type": "choice", "instructions": "Which team should handle it?",
-             "criteria": {"billing": None, "technical": "bugs, outages", "account": None}},
-    "tone": {"type": "score", "instructions": "How upset is the customer?", "criteria": ["calm", "annoyed", "furious"]},
-}}
+JEV_BODY = {
+    "model": SERVED_NAME,
+    "state": STATES[0],
+    "questions": {
+        "urgent": {
+            "type": "noul",
+            "instructions": "Does the customer need a reply within the hour?",
+            "criteria": {"true": "a reply is needed soon", "false": "it can wait"},
+        },
+        "team": {
+            "type": "choice",
+            "instructions": "Which team should handle it?",
+            "criteria": {"billing": None, "technical": "bugs, outages", "account": None},
+        },
+        "tone": {
+            "type": "score",
+            "instructions": "How upset is the customer?",
+            "criteria": ["calm", "annoyed", "furious"],
+        },
+    },
+}
 
 
 def systemone(server, body):
@@ -34,7 +48,11 @@ def test_systemone_answers_in_vllms_shapes_and_repeats_exactly(vllm_server):
     assert urgent["noul"] == pytest.approx(urgent["probabilities"]["yes"])
     assert team["type"] == "choice" and team["choice"] in ("billing", "technical", "account")
     assert team["choice"] == max(team["probabilities"], key=team["probabilities"].get)
-    assert tone["legend"] == {"0": "calm", "1": "annoyed", "2": "furious"} and set(tone["probabilities"]) == {"0", "1", "2"}
+    assert tone["legend"] == {"0": "calm", "1": "annoyed", "2": "furious"} and set(tone["probabilities"]) == {
+        "0",
+        "1",
+        "2",
+    }
     assert tone["score"] == pytest.approx(sum(int(k) * p for k, p in tone["probabilities"].items()))
     for answer, qid in ((urgent, "urgent"), (team, "team"), (tone, "tone")):
         mass = data["diagnostics"][qid]["label_mass"]
@@ -60,19 +78,33 @@ def test_jev_engine_matches_an_in_process_per_question_read(vllm_server, dgemma_
     engine.close()
 
 
-@pytest.mark.parametrize("change, says", [
-    ({"questions": {"q": {"type": "choice", "instructions": "?", "criteria": {"a": None}, "depends": "x"}}}, "depends"),
-    ({"questions": {"q": {"type": "choice", "instructions": "?", "criteria": {f"o{i}": None for i in range(27)}}}},
-     "at most 26"),
-    ({"questions": {"q": {"type": "score", "instructions": "?", "criteria": [f"l{i}" for i in range(11)]}}},
-     "at most 10 score levels"),
-    ({"questions": {"q": {"type": "rating", "instructions": "?"}}}, "unknown kind"),
-    ({"questions": {}}, "at least one question"),
-    ({"questions": "urgent"}, "questions"),
-    ({"state": None}, "state"),
-    ({"model": "other"}, "does not exist"),
-    ({"images": ["data:image/png;base64,AAAA"]}, "text states only"),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (
+            {"questions": {"q": {"type": "choice", "instructions": "?", "criteria": {"a": None}, "depends": "x"}}},
+            "depends",
+        ),
+        (
+            {
+                "questions": {
+                    "q": {"type": "choice", "instructions": "?", "criteria": {f"o{i}": None for i in range(27)}}
+                }
+            },
+            "at most 26",
+        ),
+        (
+            {"questions": {"q": {"type": "score", "instructions": "?", "criteria": [f"l{i}" for i in range(11)]}}},
+            "at most 10 score levels",
+        ),
+        ({"questions": {"q": {"type": "rating", "instructions": "?"}}}, "unknown kind"),
+        ({"questions": {}}, "at least one question"),
+        ({"questions": "urgent"}, "questions"),
+        ({"state": None}, "state"),
+        ({"model": "other"}, "does not exist"),
+        ({"images": ["data:image/png;base64,AAAA"]}, "text states only"),
+    ],
+)
 def test_bad_bodies_get_a_400_that_says_what_is_wrong(vllm_server, change, says):
     response = systemone(vllm_server, {**JEV_BODY, **change})
     assert response.status_code in (400, 404)
@@ -80,8 +112,9 @@ def test_bad_bodies_get_a_400_that_says_what_is_wrong(vllm_server, change, says)
 
 
 def test_a_body_that_is_not_json_is_a_400(vllm_server):
-    response = httpx.post(f"{vllm_server.url}/v1/systemone", content=b"{oops", timeout=30,
-                          headers={"Content-Type": "application/json"})
+    response = httpx.post(
+        f"{vllm_server.url}/v1/systemone", content=b"{oops", timeout=30, headers={"Content-Type": "application/json"}
+    )
     assert response.status_code == 400 and "not valid JSON" in response.json()["error"]["message"]
 
 

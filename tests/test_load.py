@@ -27,16 +27,21 @@ def test_twenty_annotators_two_hundred_actions_each(db_url, dgemma_engine):
     started = time.monotonic()
     with server:
         done = simulate(server.url, users, ACTIONS)
-    print(f"\n{ANNOTATORS} annotators × {ACTIONS} actions in {time.monotonic() - started:.0f} s: p50 "
-          f"{done.percentile_ms(0.5):.0f} ms, p95 {done.percentile_ms(0.95):.0f} ms per action (studio and "
-          f"clients in one process)")
+    print(
+        f"\n{ANNOTATORS} annotators × {ACTIONS} actions in {time.monotonic() - started:.0f} s: p50 "
+        f"{done.percentile_ms(0.5):.0f} ms, p95 {done.percentile_ms(0.95):.0f} ms per action (studio and "
+        f"clients in one process)"
+    )
     assert done.errors == [], done.errors[:5]  # no request failed
     assert done.actions == {user: ACTIONS for user, _ in users}
     assert done.overlapping_holds() == []  # no two annotators held the same item at once
     with db.read() as session:
-        per_annotator = dict(session.execute(select(Response.annotator, func.count()).group_by(Response.annotator)).all())
-        pairs = session.scalar(select(func.count()).select_from(
-            select(Response.item_id, Response.question_id).distinct().subquery()))
+        per_annotator = dict(
+            session.execute(select(Response.annotator, func.count()).group_by(Response.annotator)).all()
+        )
+        pairs = session.scalar(
+            select(func.count()).select_from(select(Response.item_id, Response.question_id).distinct().subquery())
+        )
         events = session.scalar(select(func.count()).select_from(Event).where(Event.kind == "response.submitted"))
         sources = dict(session.execute(select(Response.source, func.count()).group_by(Response.source)).all())
     assert per_annotator == {user: ACTIONS for user, _ in users}  # every action stored exactly once

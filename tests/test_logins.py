@@ -82,8 +82,13 @@ def test_a_hashed_password_logs_in_at_the_page_and_the_api(studio):
 
 
 def test_hash_password_prints_a_hash_that_diffjev_users_accepts(monkeypatch):
-    done = subprocess.run([sys.executable, "-m", "diffjev.cli", "hash-password"], input="correct horse\n",
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "diffjev.cli", "hash-password"],
+        input="correct horse\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     hashed = done.stdout.strip()
     assert hashed.startswith("scrypt:32768:8:1$") and "correct horse" not in hashed
@@ -98,6 +103,9 @@ def test_hash_password_prints_a_hash_that_diffjev_users_accepts(monkeypatch):
 
 def test_a_malformed_hash_in_diffjev_users_is_named_with_the_fix(monkeypatch):
     monkeypatch.setenv("DIFFJEV_USERS", "carol:scrypt:32768:8$nosalt")
-    with pytest.raises(ValueError, match=r"DIFFJEV_USERS: the password of 'carol' is not a scrypt hash.*"
-                                         r"diffjev hash-password"):
+    with pytest.raises(
+        ValueError,
+        match=r"DIFFJEV_USERS: the password of 'carol' is not a scrypt hash.*"
+        r"diffjev hash-password",
+    ):
         users_from_env()

@@ -26,18 +26,31 @@ def test_a_read_draws_each_questions_distribution(playground):
 
 
 def test_markup_in_schema_and_item_is_shown_as_text(playground):
-    schema = {"questions": [{"id": "q", "type": "choice", "instructions": "Which?",
-                             "options": ["<script>alert(1)</script>", "<b>bold</b>"]}]}
+    schema = {
+        "questions": [
+            {
+                "id": "q",
+                "type": "choice",
+                "instructions": "Which?",
+                "options": ["<script>alert(1)</script>", "<b>bold</b>"],
+            }
+        ]
+    }
     bars, _, _ = playground.predict(json.dumps(schema), "<img src=x onerror=alert(1)>", api_name="/read")
     assert "<script>" not in bars and "&lt;script&gt;alert(1)&lt;/script&gt;" in bars
     assert "<b>bold</b>" not in bars
 
 
-@pytest.mark.parametrize("schema_text, says", [
-    ("{not json", "Schema"),
-    (json.dumps({"questions": [{"id": "q", "type": "choice", "instructions": "?", "options": ["a"]}]}),
-     "question &#x27;q&#x27;, field &#x27;options&#x27;: a choice question needs at least 2 options"),
-])
+@pytest.mark.parametrize(
+    "schema_text, says",
+    [
+        ("{not json", "Schema"),
+        (
+            json.dumps({"questions": [{"id": "q", "type": "choice", "instructions": "?", "options": ["a"]}]}),
+            "question &#x27;q&#x27;, field &#x27;options&#x27;: a choice question needs at least 2 options",
+        ),
+    ],
+)
 def test_bad_schemas_get_a_message_not_a_traceback(playground, schema_text, says):
     bars, jev, status = playground.predict(schema_text, "x", api_name="/read")
     assert bars == "" and says in status and "Traceback" not in status

@@ -40,11 +40,22 @@ def counts(db, run_id=None):
         where = [ItemRead.run_id == run_id] if run_id else []
         ok = session.scalar(select(func.count()).select_from(ItemRead).where(ItemRead.status == "ok", *where))
         suggestions = session.scalar(select(func.count()).select_from(Suggestion))
-        distinct = session.scalar(select(func.count()).select_from(
-            select(Suggestion.item_id, Suggestion.question_id).distinct().subquery()))
-        orphans = session.scalar(select(func.count()).select_from(Suggestion).where(~select(ItemRead.id).where(
-            ItemRead.run_id == Suggestion.run_id, ItemRead.item_id == Suggestion.item_id,
-            ItemRead.status == "ok").exists()))
+        distinct = session.scalar(
+            select(func.count()).select_from(select(Suggestion.item_id, Suggestion.question_id).distinct().subquery())
+        )
+        orphans = session.scalar(
+            select(func.count())
+            .select_from(Suggestion)
+            .where(
+                ~select(ItemRead.id)
+                .where(
+                    ItemRead.run_id == Suggestion.run_id,
+                    ItemRead.item_id == Suggestion.item_id,
+                    ItemRead.status == "ok",
+                )
+                .exists()
+            )
+        )
     return ok, suggestions, distinct, orphans
 
 
@@ -52,8 +63,19 @@ def test_a_killed_prelabel_resumes_with_every_item_read_once(tmp_path, tiny_mode
     n = 400
     path = tmp_path / "crash.db"
     db = project_db(path, n)
-    args = ["prelabel", "--db", str(path), "--project", "p", "--engine", "transformers", "--model", str(tiny_model_folder),
-            "--batch", "8"]
+    args = [
+        "prelabel",
+        "--db",
+        str(path),
+        "--project",
+        "p",
+        "--engine",
+        "transformers",
+        "--model",
+        str(tiny_model_folder),
+        "--batch",
+        "8",
+    ]
     proc = subprocess.Popen(CLI + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     while counts(db)[0] < 24:
@@ -110,8 +132,9 @@ def test_cancel_stops_between_batches_and_resume_finishes(tmp_path, dgemma_engin
     second = prelabel(db, "p", dgemma_engine, run_id=first.run_id, batch_items=5)
     assert (second.status, second.read) == ("completed", 20)
     with pytest.raises(repo.Conflict, match="resume it with that engine"):
-        prelabel(db, "p", VLLMServerEngine("http://127.0.0.1:9", SERVED_NAME, dgemma_engine.tokenizer),
-                 run_id=first.run_id)
+        prelabel(
+            db, "p", VLLMServerEngine("http://127.0.0.1:9", SERVED_NAME, dgemma_engine.tokenizer), run_id=first.run_id
+        )
 
 
 WRITER = """
@@ -133,8 +156,13 @@ def test_threads_and_processes_write_at_once_without_loss_or_lock_errors(tmp_pat
         _, rows = repo.version_schema(repo.latest_version(session, project.id))
         items = list(session.scalars(select(repo.Item.id)))
     question = rows["team"]
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), ",".join(map(str, items)), str(question),
-                               f"proc{k}"], stderr=subprocess.PIPE) for k in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), ",".join(map(str, items)), str(question), f"proc{k}"],
+            stderr=subprocess.PIPE,
+        )
+        for k in range(2)
+    ]
     errors = []
 
     def annotate(name):
@@ -147,8 +175,9 @@ def test_threads_and_processes_write_at_once_without_loss_or_lock_errors(tmp_pat
     def hammer_one_row():  # read-modify-write of one shared row, from several threads
         try:
             for _ in range(40):
-                db.write(lambda s: repo.respond(s, repo.ResponseInput(items[0], question, "shared", "billing",
-                                                                      "manual")))
+                db.write(
+                    lambda s: repo.respond(s, repo.ResponseInput(items[0], question, "shared", "billing", "manual"))
+                )
         except Exception as exc:  # noqa: BLE001
             errors.append(repr(exc))
 

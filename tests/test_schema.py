@@ -24,13 +24,24 @@ def test_native_form_reads_kinds_labels_and_descriptions():
 
 
 def test_jev_form_and_aliases_give_the_same_questions():
-    jev = Schema.from_dict({"instructions": TICKETS["instructions"], "questions": {
-        "urgent": {"type": "noul", "instructions": "Does the customer need a reply within the hour?"},
-        "team": {"type": "choice", "instructions": "Which team should handle it?",
-                 "criteria": {"billing": None, "technical": "bugs, outages", "account": None}},
-        "tone": {"type": "score", "instructions": "How upset is the customer?",
-                 "criteria": ["calm", "annoyed", "furious"]},
-    }})
+    jev = Schema.from_dict(
+        {
+            "instructions": TICKETS["instructions"],
+            "questions": {
+                "urgent": {"type": "noul", "instructions": "Does the customer need a reply within the hour?"},
+                "team": {
+                    "type": "choice",
+                    "instructions": "Which team should handle it?",
+                    "criteria": {"billing": None, "technical": "bugs, outages", "account": None},
+                },
+                "tone": {
+                    "type": "score",
+                    "instructions": "How upset is the customer?",
+                    "criteria": ["calm", "annoyed", "furious"],
+                },
+            },
+        }
+    )
     assert jev == Schema.from_dict(TICKETS)
     for alias in ("noul", "bool", "boolean", "yes_no"):
         s = Schema.from_dict({"questions": [{"id": "x", "type": alias, "instructions": "?"}]})
@@ -40,41 +51,50 @@ def test_jev_form_and_aliases_give_the_same_questions():
 def test_round_trips_through_dict_and_jev_questions():
     s = Schema.from_dict({**TICKETS, "template": "Urgent: {urgent}\nTeam: {team}\nTone: {tone}/3", "samples": 3})
     assert Schema.from_dict(s.to_dict()) == s
-    assert Schema.from_dict({"questions": s.to_jev_questions(), "instructions": s.instructions}) == \
-        Schema.from_dict({**TICKETS})
+    assert Schema.from_dict({"questions": s.to_jev_questions(), "instructions": s.instructions}) == Schema.from_dict(
+        {**TICKETS}
+    )
 
 
 def test_score_beyond_ten_levels_uses_letters():
-    s = Schema.from_dict({"questions": [{"id": "stars", "type": "score", "instructions": "?",
-                                         "levels": [f"l{i}" for i in range(12)]}]})
+    s = Schema.from_dict(
+        {"questions": [{"id": "stars", "type": "score", "instructions": "?", "levels": [f"l{i}" for i in range(12)]}]}
+    )
     assert s.questions[0].labels[:3] == ("A", "B", "C") and len(s.questions[0].labels) == 12
 
 
-@pytest.mark.parametrize("spec, question, field, hint", [
-    ({"questions": [q(id="")]}, None, "id", "empty id"),
-    ({"questions": [q(id="a"), q(id="a")]}, "a", "id", "used twice"),
-    ({"questions": [q(id="a:b")]}, "a:b", "id", "cannot contain ':'"),
-    ({"questions": [q(id="a\nb")]}, "a\nb", "id", "line break"),
-    ({"questions": [q(options=["only"])]}, "q", "options", "at least 2"),
-    ({"questions": [q(options=[f"o{i}" for i in range(27)])]}, "q", "options", "at most 26"),
-    ({"questions": [q(type="rating")]}, "q", "type", "unknown kind"),
-    ({"questions": [q(options=["a", "a"])]}, "q", "options", "appears twice"),
-    ({"questions": [q(instructions="")]}, "q", "instructions", "say what to decide"),
-    ({"questions": [q(colour="red")]}, "q", "colour", "unknown field"),
-    ({"questions": [q()], "template": "q: {q}\nother: {other}"}, "other", "template", "no question has that id"),
-    ({"questions": [q(), q(id="r")], "template": "q: {q}"}, "r", "template", "no slot"),
-    ({"questions": [q()], "template": "q: {q} {q}"}, "q", "template", "appears twice"),
-    ({"questions": [q()], "template": "q: {}"}, None, "template", "no question id"),
-    ({"questions": [q()], "template": "q: {q"}, None, "template", "literal brace"),
-    ({"questions": [q()], "samples": 0}, None, "samples", "from 1 to 32"),
-    ({"questions": [q()], "samples": "many"}, None, "samples", "auto"),
-    ({"questions": [q()], "auto_max": 99}, None, "auto_max", "from 1 to 32"),
-    ({"questions": []}, None, "questions", "at least one"),
-    ({"questions": "urgent"}, None, "questions", "list"),
-    ({"questions": [q()], "colour": 1}, None, "colour", "unknown schema field"),
-    ({"questions": [{"id": "y", "type": "yes_no", "instructions": "?", "options": ["a", "b"]}]}, "y", "options",
-     "criteria"),
-])
+@pytest.mark.parametrize(
+    "spec, question, field, hint",
+    [
+        ({"questions": [q(id="")]}, None, "id", "empty id"),
+        ({"questions": [q(id="a"), q(id="a")]}, "a", "id", "used twice"),
+        ({"questions": [q(id="a:b")]}, "a:b", "id", "cannot contain ':'"),
+        ({"questions": [q(id="a\nb")]}, "a\nb", "id", "line break"),
+        ({"questions": [q(options=["only"])]}, "q", "options", "at least 2"),
+        ({"questions": [q(options=[f"o{i}" for i in range(27)])]}, "q", "options", "at most 26"),
+        ({"questions": [q(type="rating")]}, "q", "type", "unknown kind"),
+        ({"questions": [q(options=["a", "a"])]}, "q", "options", "appears twice"),
+        ({"questions": [q(instructions="")]}, "q", "instructions", "say what to decide"),
+        ({"questions": [q(colour="red")]}, "q", "colour", "unknown field"),
+        ({"questions": [q()], "template": "q: {q}\nother: {other}"}, "other", "template", "no question has that id"),
+        ({"questions": [q(), q(id="r")], "template": "q: {q}"}, "r", "template", "no slot"),
+        ({"questions": [q()], "template": "q: {q} {q}"}, "q", "template", "appears twice"),
+        ({"questions": [q()], "template": "q: {}"}, None, "template", "no question id"),
+        ({"questions": [q()], "template": "q: {q"}, None, "template", "literal brace"),
+        ({"questions": [q()], "samples": 0}, None, "samples", "from 1 to 32"),
+        ({"questions": [q()], "samples": "many"}, None, "samples", "auto"),
+        ({"questions": [q()], "auto_max": 99}, None, "auto_max", "from 1 to 32"),
+        ({"questions": []}, None, "questions", "at least one"),
+        ({"questions": "urgent"}, None, "questions", "list"),
+        ({"questions": [q()], "colour": 1}, None, "colour", "unknown schema field"),
+        (
+            {"questions": [{"id": "y", "type": "yes_no", "instructions": "?", "options": ["a", "b"]}]},
+            "y",
+            "options",
+            "criteria",
+        ),
+    ],
+)
 def test_every_invalid_schema_names_question_field_and_fix(spec, question, field, hint):
     with pytest.raises(SchemaError) as err:
         Schema.from_dict(spec)

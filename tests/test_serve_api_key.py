@@ -12,12 +12,18 @@ import pytest
 from diffjev import read
 from diffjev.engines import VLLMServerEngine
 from diffjev.engines.base import EngineError
-from diffjev.models import cache_dir
 from conftest import LocalServer, SERVED_NAME, free_port
 
 KEY = "sk-serve-model-KEY-7"
-ROUTES = [("GET", "/v1/models"), ("POST", "/v1/chat/completions"), ("POST", "/v1/systemone"), ("GET", "/docs"),
-          ("GET", "/openapi.json"), ("GET", "/redoc"), ("GET", "/no-such-route")]
+ROUTES = [
+    ("GET", "/v1/models"),
+    ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/systemone"),
+    ("GET", "/docs"),
+    ("GET", "/openapi.json"),
+    ("GET", "/redoc"),
+    ("GET", "/no-such-route"),
+]
 WRONG = [None, "", "Bearer", f"Bearer {KEY}x", f"Bearer {KEY[:-1]}", KEY, f"Basic {KEY}", f"bearer  {KEY}"]
 
 
@@ -55,8 +61,12 @@ def test_the_client_reads_with_the_key_and_says_what_is_wrong_without_it(keyed, 
 def test_serve_model_takes_the_key_from_vllm_api_key_and_passes_it_to_vllm(tokenizer):
     port = free_port()
     env = {**os.environ, "VLLM_API_KEY": KEY, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "diffjev.cli", "serve-model", "--tiny", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "diffjev.cli", "serve-model", "--tiny", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     url = f"http://127.0.0.1:{port}/v1/models"
     try:
         deadline = time.monotonic() + 90
@@ -72,8 +82,12 @@ def test_serve_model_takes_the_key_from_vllm_api_key_and_passes_it_to_vllm(token
     finally:
         proc.terminate()
         proc.wait(timeout=20)
-    dry = subprocess.run([sys.executable, "-m", "diffjev.cli", "serve-model", "--model", "google/dg", "--api-key",
-                          KEY, "--dry-run"], capture_output=True, text=True, timeout=60)
+    dry = subprocess.run(
+        [sys.executable, "-m", "diffjev.cli", "serve-model", "--model", "google/dg", "--api-key", KEY, "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert dry.returncode == 0 and "--api-key" in dry.stdout and KEY not in dry.stdout, dry.stdout
 
 

@@ -58,8 +58,14 @@ def make_project(db, name="tickets", schema=ONE_DRAW):
 
 def test_round_trip_import_prelabel_respond_export(db, dgemma_engine, tmp_path):
     make_project(db)
-    frame = pd.DataFrame({"id": ["a", "b", "c", "d"], "text": ["Site down!", "Refund please", "Hi", "Password?"],
-                          "plan": ["pro", "free", "pro", "team"], "seats": [40, 1, 3, 12]})
+    frame = pd.DataFrame(
+        {
+            "id": ["a", "b", "c", "d"],
+            "text": ["Site down!", "Refund please", "Hi", "Password?"],
+            "plan": ["pro", "free", "pro", "team"],
+            "seats": [40, 1, 3, 12],
+        }
+    )
     report = import_items(db, "tickets", frame, id_field="id")
     assert (report.imported, report.duplicates, report.rejected) == (4, 0, 0)
     run = prelabel(db, "tickets", dgemma_engine)
@@ -68,14 +74,28 @@ def test_round_trip_import_prelabel_respond_export(db, dgemma_engine, tmp_path):
         project = repo.get_project(session, "tickets")
         schema, rows = repo.version_schema(repo.latest_version(session, project.id))
         items = {i.external_id: i.id for i in session.scalars(select(Item))}
-        suggestion = session.scalar(select(Suggestion).where(Suggestion.item_id == items["a"],
-                                                             Suggestion.question_id == rows["team"]))
-        repo.respond(session, repo.ResponseInput(items["a"], rows["team"], "ann", suggestion.answer, "accepted",
-                                                 suggestion_id=suggestion.id, suggestion_shown=True, seconds=2.5))
+        suggestion = session.scalar(
+            select(Suggestion).where(Suggestion.item_id == items["a"], Suggestion.question_id == rows["team"])
+        )
+        repo.respond(
+            session,
+            repo.ResponseInput(
+                items["a"],
+                rows["team"],
+                "ann",
+                suggestion.answer,
+                "accepted",
+                suggestion_id=suggestion.id,
+                suggestion_shown=True,
+                seconds=2.5,
+            ),
+        )
         repo.respond(session, repo.ResponseInput(items["a"], rows["urgent"], "ann", "yes", "manual", seconds=1.0))
         repo.respond(session, repo.ResponseInput(items["c"], rows["tone"], "bob", "calm", "corrected", seconds=4.0))
-    expected = {"a": {"team": (suggestion.answer, "ann", "accepted"), "urgent": ("yes", "ann", "manual")},
-                "c": {"tone": ("calm", "bob", "corrected")}}
+    expected = {
+        "a": {"team": (suggestion.answer, "ann", "accepted"), "urgent": ("yes", "ann", "manual")},
+        "c": {"tone": ("calm", "bob", "corrected")},
+    }
     for fmt, name in (("jsonl", "out.jsonl"), ("csv", "out.csv"), ("parquet", "out.parquet"), ("hf", "out_hf")):
         target = tmp_path / name
         assert export_project(db, "tickets", target, fmt) == 2  # only reviewed items
@@ -93,8 +113,10 @@ def test_round_trip_import_prelabel_respond_export(db, dgemma_engine, tmp_path):
             r = by_id[ext]
             assert r["text"] == frame.set_index("id").loc[ext, "text"]
             fields = r["fields"] if fmt == "jsonl" else json.loads(r["fields"])
-            assert fields == {"plan": frame.set_index("id").loc[ext, "plan"],
-                              "seats": int(frame.set_index("id").loc[ext, "seats"])}
+            assert fields == {
+                "plan": frame.set_index("id").loc[ext, "plan"],
+                "seats": int(frame.set_index("id").loc[ext, "seats"]),
+            }
             assert r["run_id"] == run.run_id and r["engine"] == "transformers"
             for q in ("urgent", "team", "tone"):
                 human = answers.get(q)
@@ -102,8 +124,9 @@ def test_round_trip_import_prelabel_respond_export(db, dgemma_engine, tmp_path):
                 assert got == (human if human else (None, None, None))
                 assert int(r[f"{q}_annotations"]) == (1 if human else 0)
                 with db.read() as session:
-                    s = session.scalar(select(Suggestion).where(Suggestion.item_id == items[ext],
-                                                                Suggestion.question_id == rows[q]))
+                    s = session.scalar(
+                        select(Suggestion).where(Suggestion.item_id == items[ext], Suggestion.question_id == rows[q])
+                    )
                 assert r[f"{q}_model"] == s.answer
                 assert float(r[f"{q}_confidence"]) == pytest.approx(s.confidence)
                 dist = json.loads(r[f"{q}_distribution"]) if fmt == "csv" else r[f"{q}_distribution"]
@@ -164,12 +187,30 @@ def test_queues_follow_the_strategy_and_skip_answered_items(db):
         # confidence / margin / entropy chosen so that the three orders differ
         crafted = [(0.40, 0.05, 1.05), (0.50, 0.30, 0.90), (0.45, 0.02, 1.00), (0.90, 0.85, 0.30)]
         for item, (conf, margin, ent) in zip(items, crafted):
-            session.add(Suggestion(run_id=run.id, item_id=item, question_id=rows["team"], answer="billing",
-                                   distribution={}, confidence=conf, full_vocab_confidence=conf, entropy=ent,
-                                   margin=margin, label_mass=1.0, stderr=None, agreement=None, draws=1, value=None,
-                                   latency_ms=1.0))
+            session.add(
+                Suggestion(
+                    run_id=run.id,
+                    item_id=item,
+                    question_id=rows["team"],
+                    answer="billing",
+                    distribution={},
+                    confidence=conf,
+                    full_vocab_confidence=conf,
+                    entropy=ent,
+                    margin=margin,
+                    label_mass=1.0,
+                    stderr=None,
+                    agreement=None,
+                    draws=1,
+                    value=None,
+                    latency_ms=1.0,
+                )
+            )
         session.flush()
-        order = lambda strategy: repo.next_in_queue(session, run.id, rows["team"], strategy)
+
+        def order(strategy):
+            return repo.next_in_queue(session, run.id, rows["team"], strategy)
+
         assert order("least_confidence") == items[0]
         assert order("margin") == items[2]
         assert order("entropy") == items[0]
@@ -189,11 +230,13 @@ def test_a_stale_write_never_overwrites_a_newer_answer(db):
         item = session.scalar(select(Item.id))
         first = repo.respond(session, repo.ResponseInput(item, rows["team"], "ann", "billing", "manual"))
         loaded = first.revision
-        repo.respond(session, repo.ResponseInput(item, rows["team"], "ann", "account", "manual"),
-                     expected_revision=loaded)
+        repo.respond(
+            session, repo.ResponseInput(item, rows["team"], "ann", "account", "manual"), expected_revision=loaded
+        )
         with pytest.raises(repo.StaleWrite):
-            repo.respond(session, repo.ResponseInput(item, rows["team"], "ann", "technical", "manual"),
-                         expected_revision=loaded)
+            repo.respond(
+                session, repo.ResponseInput(item, rows["team"], "ann", "technical", "manual"), expected_revision=loaded
+            )
     with db.read() as session:
         assert session.scalar(select(Response.value)) == "account"
         kinds = session.scalars(select(repo.Event.kind).order_by(repo.Event.id)).all()
@@ -204,12 +247,19 @@ def test_the_partial_unique_index_holds_on_each_database(db):
     make_project(db)
     with db.session() as session:
         project_id = repo.get_project(session, "tickets").id
-        repo.insert_items(session, project_id, [{"external_id": None, "content_hash": "h", "text": "a", "fields": {}},
-                                                {"external_id": "x1", "content_hash": "h", "text": "a", "fields": {}}])
+        repo.insert_items(
+            session,
+            project_id,
+            [
+                {"external_id": None, "content_hash": "h", "text": "a", "fields": {}},
+                {"external_id": "x1", "content_hash": "h", "text": "a", "fields": {}},
+            ],
+        )
     with pytest.raises(IntegrityError):
         with db.session() as session:
-            repo.insert_items(session, project_id, [{"external_id": None, "content_hash": "h", "text": "a",
-                                                     "fields": {}}])
+            repo.insert_items(
+                session, project_id, [{"external_id": None, "content_hash": "h", "text": "a", "fields": {}}]
+            )
     with db.read() as session:
         assert session.scalar(select(func.count()).select_from(Item)) == 2
 
@@ -221,9 +271,12 @@ def test_the_queue_query_uses_its_partial_index(db):
         version = repo.latest_version(session, project.id)
         _, rows = repo.version_schema(version)
         run = repo.create_run(session, project.id, version, "x", "x", None, {}, "owner")
-        query = (select(Suggestion.item_id).where(Suggestion.run_id == run.id, Suggestion.question_id == rows["team"],
-                                                  Suggestion.is_open)
-                 .order_by(Suggestion.confidence.asc(), Suggestion.item_id).limit(1))
+        query = (
+            select(Suggestion.item_id)
+            .where(Suggestion.run_id == run.id, Suggestion.question_id == rows["team"], Suggestion.is_open)
+            .order_by(Suggestion.confidence.asc(), Suggestion.item_id)
+            .limit(1)
+        )
         sql = str(query.compile(db.engine, compile_kwargs={"literal_binds": True}))
         if db.engine.dialect.name == "sqlite":
             plan = " ".join(str(r) for r in session.execute(text(f"EXPLAIN QUERY PLAN {sql}")))
@@ -240,8 +293,9 @@ def test_push_to_hub_without_the_hub_keeps_the_local_export_and_says_why(tmp_pat
     from diffjev.io import SourceError
 
     with pytest.raises(SourceError, match="cannot be pushed to me/labels"):
-        export_project(db, "tickets", tmp_path / "ds", "hf", reviewed_only=False, push_to_hub="me/labels",
-                       token="hf_secret")
+        export_project(
+            db, "tickets", tmp_path / "ds", "hf", reviewed_only=False, push_to_hub="me/labels", token="hf_secret"
+        )
     assert datasets.load_from_disk(str(tmp_path / "ds")).num_rows == 1
     with pytest.raises(SourceError, match="needs a Hugging Face token"):
         export_project(db, "tickets", tmp_path / "ds2", "hf", reviewed_only=False, push_to_hub="me/labels")

@@ -47,8 +47,9 @@ def test_main_endpoints_import_prelabel_review_export(studio, tmp_path):
     _, text_column, _, _ = alice.predict(handle_file(str(path)), "", api_name="/import_preview")
     report = alice.predict(handle_file(str(path)), "", "text", "", [], api_name="/import_items")
     assert "Imported 3" in report and "line 4: not valid JSON" in report
-    summary, failures = alice.predict("the studio's engine", "", "", "Only items nobody has answered",
-                                      api_name="/prelabel")
+    summary, failures = alice.predict(
+        "the studio's engine", "", "", "Only items nobody has answered", api_name="/prelabel"
+    )
     assert "completed" in summary and "0 failed" in summary
     with pytest.raises(Exception, match="needs a server URL"):
         alice.predict("vllm", "", "", "All items", api_name="/prelabel")
@@ -70,9 +71,13 @@ def test_the_app_needs_a_login(studio):
 
 def test_jev_api_answers_with_the_studios_engine(studio):
     server, _ = studio
-    body = {"state": "Everything is down.", "questions": {
-        "urgent": {"type": "noul", "instructions": "Urgent?"},
-        "team": {"type": "choice", "instructions": "Team?", "criteria": {"billing": None, "tech": "bugs"}}}}
+    body = {
+        "state": "Everything is down.",
+        "questions": {
+            "urgent": {"type": "noul", "instructions": "Urgent?"},
+            "team": {"type": "choice", "instructions": "Team?", "criteria": {"billing": None, "tech": "bugs"}},
+        },
+    }
     assert httpx.post(f"{server.url}/v1/systemone", json=body, timeout=30).status_code == 401
     assert httpx.post(f"{server.url}/v1/systemone", json=body, timeout=30, auth=("alice", "wrong")).status_code == 401
     data = httpx.post(f"{server.url}/v1/systemone", json=body, timeout=30, auth=USERS[0]).json()
@@ -81,20 +86,25 @@ def test_jev_api_answers_with_the_studios_engine(studio):
     assert set(data["diagnostics"]["team"]) == {"label_mass", "argmax_is_label"}
 
 
-@pytest.mark.parametrize("change, where", [
-    ({"questions": {"q": {"type": "choice", "instructions": "?", "criteria": {"a": None}}}}, ["questions", "q"]),
-    ({"questions": {"q": {"type": "choice", "instructions": "?", "criteria": {"a": None, "b": None}, "x": 1}}},
-     ["questions", "q", "x"]),
-    ({"questions": {"q": {"type": "rating", "instructions": "?"}}}, ["questions", "q", "type"]),
-    ({"state": None}, ["state"]),
-])
+@pytest.mark.parametrize(
+    "change, where",
+    [
+        ({"questions": {"q": {"type": "choice", "instructions": "?", "criteria": {"a": None}}}}, ["questions", "q"]),
+        (
+            {"questions": {"q": {"type": "choice", "instructions": "?", "criteria": {"a": None, "b": None}, "x": 1}}},
+            ["questions", "q", "x"],
+        ),
+        ({"questions": {"q": {"type": "rating", "instructions": "?"}}}, ["questions", "q", "type"]),
+        ({"state": None}, ["state"]),
+    ],
+)
 def test_jev_api_bad_bodies_get_a_422_naming_the_field(studio, change, where):
     server, _ = studio
     body = {"state": "x", "questions": {"u": {"type": "noul", "instructions": "?"}}, **change}
     response = httpx.post(f"{server.url}/v1/systemone", json=body, timeout=30, auth=USERS[0])
     assert response.status_code == 422
     locations = [[str(p) for p in d["loc"]] for d in response.json()["detail"]]
-    assert any(loc[1:1 + len(where)] == where for loc in locations), locations
+    assert any(loc[1 : 1 + len(where)] == where for loc in locations), locations
 
 
 def test_any_answer_for_questions_with_more_than_nine_options(tmp_path, dgemma_engine):
@@ -109,8 +119,17 @@ def test_any_answer_for_questions_with_more_than_nine_options(tmp_path, dgemma_e
     names = [f"topic{i}" for i in range(12)]
     db = Database(tmp_path / "wide.db")
     with db.session() as session:
-        repo.create_project(session, "wide", Schema.from_dict({"questions": [
-            {"id": "topic", "type": "choice", "instructions": "Topic?", "options": names}], "samples": 1}), "o")
+        repo.create_project(
+            session,
+            "wide",
+            Schema.from_dict(
+                {
+                    "questions": [{"id": "topic", "type": "choice", "instructions": "Topic?", "options": names}],
+                    "samples": 1,
+                }
+            ),
+            "o",
+        )
     import_items(db, "wide", pd.DataFrame({"text": ["one", "two"]}))
     prelabel(db, "wide", dgemma_engine)
     server, _ = serve_studio(db, dgemma_engine, name="wide")

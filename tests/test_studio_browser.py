@@ -12,17 +12,22 @@ from sqlalchemy import select
 from diffjev.storage.models import Response
 from studio_fixtures import BROWSER_ARGS, serve_studio, studio_db
 
-SMALL_SCHEMA = {"instructions": "Support tickets.", "questions": [
-    {"id": "urgent", "type": "yes_no", "instructions": "Does it need a reply within the hour?"},
-    {"id": "team", "type": "choice", "instructions": "Which team?", "options": ["billing", "technical", "account"]},
-], "samples": 1}
+SMALL_SCHEMA = {
+    "instructions": "Support tickets.",
+    "questions": [
+        {"id": "urgent", "type": "yes_no", "instructions": "Does it need a reply within the hour?"},
+        {"id": "team", "type": "choice", "instructions": "Which team?", "options": ["billing", "technical", "account"]},
+    ],
+    "samples": 1,
+}
 
 
 @pytest.fixture(scope="module")
 def browser():
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True,
-                              args=BROWSER_ARGS)
+        b = p.chromium.launch(
+            executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True, args=BROWSER_ARGS
+        )
         yield b
         b.close()
 
@@ -38,8 +43,9 @@ def test_schema_import_prelabel_annotate_by_keyboard_undo_and_export(browser, tm
     db = studio_db(tmp_path / "studio.db", ["placeholder"])  # the project starts with the demo's schema
     server, studio = serve_studio(db, dgemma_engine)
     csv_path = tmp_path / "tickets.csv"
-    csv_path.write_text("id,body,plan\nk1,The site is down,pro\nk2,Refund my invoice,free\nk3,,pro\n"
-                        "k4,Add two seats,team\n")
+    csv_path.write_text(
+        "id,body,plan\nk1,The site is down,pro\nk2,Refund my invoice,free\nk3,,pro\nk4,Add two seats,team\n"
+    )
     with server:
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(server.url)
@@ -64,8 +70,9 @@ def test_schema_import_prelabel_annotate_by_keyboard_undo_and_export(browser, tm
         # Pre-label.
         page.get_by_role("tab", name="Pre-label").click()
         page.locator("#prelabel-start").click()
-        page.wait_for_function("document.querySelector('#prelabel-report').innerText.includes('completed')",
-                               timeout=60_000)
+        page.wait_for_function(
+            "document.querySelector('#prelabel-report').innerText.includes('completed')", timeout=60_000
+        )
         # Annotate "team" in order: accept with Enter, correct with a number key, then undo the correction.
         page.get_by_role("tab", name="Annotate").click()
         choose(page, "#annotate-question", "team")
@@ -76,7 +83,8 @@ def test_schema_import_prelabel_annotate_by_keyboard_undo_and_export(browser, tm
         first = page.inner_text("#item .dj-id")
         page.locator("body").click(position={"x": 5, "y": 5})
         os.environ.get("DIFFJEV_SCREENSHOTS") and page.screenshot(
-            path=os.path.join(os.environ["DIFFJEV_SCREENSHOTS"], "annotate.png"))
+            path=os.path.join(os.environ["DIFFJEV_SCREENSHOTS"], "annotate.png")
+        )
         page.screenshot(path=str(tmp_path / "annotate.png"))
         page.keyboard.press("Enter")
         page.wait_for_function(f"document.querySelector('#item .dj-id').innerText !== {json.dumps(first)}")
@@ -98,7 +106,8 @@ def test_schema_import_prelabel_annotate_by_keyboard_undo_and_export(browser, tm
     with db.read() as session:
         rows = session.scalars(select(Response)).all()
     assert [(r.source, r.annotator, r.suggestion_shown, r.status) for r in rows] == [
-        ("accepted", "local", True, "submitted")]
+        ("accepted", "local", True, "submitted")
+    ]
     assert rows[0].seconds > 0
     assert len(exported) == 1 and exported[0]["external_id"] == first.removeprefix("item ")
     assert exported[0]["team_source"] == "accepted" and exported[0]["team"] == exported[0]["team_model"]
@@ -106,7 +115,7 @@ def test_schema_import_prelabel_annotate_by_keyboard_undo_and_export(browser, tm
 
 
 def test_markup_in_an_item_is_shown_as_text_and_never_runs(browser, tmp_path, dgemma_engine):
-    hostile = "<script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned = 2\"> and <b>bold</b>"
+    hostile = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"> and <b>bold</b>'
     db = studio_db(tmp_path / "escape.db", [hostile], dgemma_engine)
     server, _ = serve_studio(db, dgemma_engine)
     with server:
@@ -124,9 +133,16 @@ def test_instructions_load_no_remote_image(browser, tmp_path, dgemma_engine):
     from test_engine_access import Recorder
 
     with Recorder(body=b"GIF89a") as listener:
-        leaky = {"questions": [{"id": "urgent", "type": "yes_no", "instructions":
-                                f"Urgent? ![x]({listener.url}/leak.png) <img src=\"{listener.url}/raw.png\"> "
-                                f"**now**"}], "samples": 1}
+        leaky = {
+            "questions": [
+                {
+                    "id": "urgent",
+                    "type": "yes_no",
+                    "instructions": f'Urgent? ![x]({listener.url}/leak.png) <img src="{listener.url}/raw.png"> **now**',
+                }
+            ],
+            "samples": 1,
+        }
         db = studio_db(tmp_path / "leak.db", ["The site is down"], dgemma_engine, schema=leaky)
         server, _ = serve_studio(db, dgemma_engine)
         with server:

@@ -42,17 +42,30 @@ def test_request_carries_the_structured_read_fields_and_never_temperature_or_see
     canvas = client.builder.build(schema, STATES[0], seed=42)
     body = client.request_body(canvas)
     assert "temperature" not in body and "seed" not in body
-    assert body["vllm_xargs"] == {"diffusion_seed_canvas": list(canvas.ids), "diffusion_canvas_length": canvas.width,
-                                  "diffusion_max_steps": 1, "diffusion_read_only": True}
+    assert body["vllm_xargs"] == {
+        "diffusion_seed_canvas": list(canvas.ids),
+        "diffusion_canvas_length": canvas.width,
+        "diffusion_max_steps": 1,
+        "diffusion_read_only": True,
+    }
     assert body["logprob_token_ids"] == sorted({t for ids in canvas.label_ids.values() for t in ids})
     assert body["logprobs"] is True and body["top_logprobs"] == 20 and body["return_tokens_as_token_ids"] is True
 
 
 def post(server, **changes):
-    body = {"model": SERVED_NAME, "messages": [{"role": "user", "content": "hi"}], "logprobs": True,
-            "top_logprobs": 5, "return_tokens_as_token_ids": True,
-            "vllm_xargs": {"diffusion_seed_canvas": [7] * 16, "diffusion_canvas_length": 16,
-                           "diffusion_max_steps": 1, "diffusion_read_only": True}}
+    body = {
+        "model": SERVED_NAME,
+        "messages": [{"role": "user", "content": "hi"}],
+        "logprobs": True,
+        "top_logprobs": 5,
+        "return_tokens_as_token_ids": True,
+        "vllm_xargs": {
+            "diffusion_seed_canvas": [7] * 16,
+            "diffusion_canvas_length": 16,
+            "diffusion_max_steps": 1,
+            "diffusion_read_only": True,
+        },
+    }
     for key, value in changes.items():
         if key.startswith("x_"):
             body["vllm_xargs"][key[2:]] = value
@@ -63,22 +76,25 @@ def post(server, **changes):
     return httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=30)
 
 
-@pytest.mark.parametrize("changes, status, says", [
-    ({"x_diffusion_seed_canvas": [7] * 15}, 400, "diffusion_seed_canvas"),
-    ({"x_diffusion_seed_canvas": [7] * 15 + [10 ** 9]}, 400, "diffusion_seed_canvas"),
-    ({"x_diffusion_seed_canvas": None, "x_diffusion_pinned": [1, 2]}, 400, "diffusion_pinned"),
-    ({"x_diffusion_pinned": [99]}, 400, "diffusion_pinned"),
-    ({"x_diffusion_canvas_length": 128}, 400, "diffusion_canvas_length"),
-    ({"x_diffusion_max_steps": 0}, 400, "diffusion_max_steps"),
-    ({"x_diffusion_read_only": "yes"}, 400, "diffusion_read_only"),
-    ({"x_diffusion_constrained": True}, 400, "logprob_token_ids"),
-    ({"temperature": 0.5}, 400, "temperature"),
-    ({"seed": 1}, 400, "seed"),
-    ({"logprobs": None, "top_logprobs": None, "logprob_token_ids": [1]}, 400, "logprob_token_ids needs logprobs"),
-    ({"top_logprobs": 99}, 400, "max_logprobs"),
-    ({"model": "other"}, 404, "does not exist"),
-    ({"messages": []}, 400, "messages"),
-])
+@pytest.mark.parametrize(
+    "changes, status, says",
+    [
+        ({"x_diffusion_seed_canvas": [7] * 15}, 400, "diffusion_seed_canvas"),
+        ({"x_diffusion_seed_canvas": [7] * 15 + [10**9]}, 400, "diffusion_seed_canvas"),
+        ({"x_diffusion_seed_canvas": None, "x_diffusion_pinned": [1, 2]}, 400, "diffusion_pinned"),
+        ({"x_diffusion_pinned": [99]}, 400, "diffusion_pinned"),
+        ({"x_diffusion_canvas_length": 128}, 400, "diffusion_canvas_length"),
+        ({"x_diffusion_max_steps": 0}, 400, "diffusion_max_steps"),
+        ({"x_diffusion_read_only": "yes"}, 400, "diffusion_read_only"),
+        ({"x_diffusion_constrained": True}, 400, "logprob_token_ids"),
+        ({"temperature": 0.5}, 400, "temperature"),
+        ({"seed": 1}, 400, "seed"),
+        ({"logprobs": None, "top_logprobs": None, "logprob_token_ids": [1]}, 400, "logprob_token_ids needs logprobs"),
+        ({"top_logprobs": 99}, 400, "max_logprobs"),
+        ({"model": "other"}, 404, "does not exist"),
+        ({"messages": []}, 400, "messages"),
+    ],
+)
 def test_server_validates_requests_as_vllm_does(vllm_server, changes, status, says):
     response = post(vllm_server, **changes)
     assert response.status_code == status
@@ -122,13 +138,22 @@ def test_a_silent_server_times_out_with_a_clear_error(tokenizer, schema):
         engine.close()
 
 
-@pytest.mark.parametrize("status, body, says", [
-    (500, json.dumps({"error": {"message": "EngineCore died", "type": "InternalServerError", "code": 500}}).encode(),
-     "answered 500 (Internal Server Error)"),
-    (200, b"{not json", "malformed JSON"),
-    (200, json.dumps({"choices": [{"message": {"content": "yes"}, "logprobs": None}]}).encode(),
-     "no usable choices[0].logprobs.content"),
-])
+@pytest.mark.parametrize(
+    "status, body, says",
+    [
+        (
+            500,
+            json.dumps({"error": {"message": "EngineCore died", "type": "InternalServerError", "code": 500}}).encode(),
+            "answered 500 (Internal Server Error)",
+        ),
+        (200, b"{not json", "malformed JSON"),
+        (
+            200,
+            json.dumps({"choices": [{"message": {"content": "yes"}, "logprobs": None}]}).encode(),
+            "no usable choices[0].logprobs.content",
+        ),
+    ],
+)
 def test_faulty_answers_give_clear_errors_naming_the_endpoint(tokenizer, schema, status, body, says):
     with CannedFault(status, body) as server:
         engine = VLLMServerEngine(server.url, model="m", tokenizer=tokenizer)

@@ -35,8 +35,12 @@ class HTTPClients:
     def get(self) -> httpx.Client:
         client = getattr(self._local, "client", None)
         if client is None:
-            client = httpx.Client(headers=self._headers, timeout=self._timeout, verify=self._ssl,
-                                  limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
+            client = httpx.Client(
+                headers=self._headers,
+                timeout=self._timeout,
+                verify=self._ssl,
+                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+            )
             with self._lock:
                 if self._closed:
                     client.close()
@@ -67,11 +71,13 @@ def _post(client: httpx.Client, where: str, body: dict[str, Any], shown: str, se
     try:
         response = client.post(where, content=orjson.dumps(body), headers=JSON)
     except httpx.ConnectError as exc:
-        raise EngineError(f"cannot reach the {server} at {shown} ({str(exc).replace(where, shown)}); "
-                          f"is it running?") from None
+        raise EngineError(
+            f"cannot reach the {server} at {shown} ({str(exc).replace(where, shown)}); is it running?"
+        ) from None
     except httpx.TimeoutException:
-        raise EngineError(f"the {server} at {shown} did not answer within the timeout "
-                          f"({client.timeout.read} s)") from None
+        raise EngineError(
+            f"the {server} at {shown} did not answer within the timeout ({client.timeout.read} s)"
+        ) from None
     except httpx.HTTPError as exc:
         detail = str(exc).replace(where, shown) or type(exc).__name__  # never the password in a URL
         raise EngineError(f"request to the {server} at {shown} failed: {detail}") from None
@@ -87,6 +93,9 @@ def status_description(status: int) -> str:
         phrase = HTTPStatus(status).phrase
     except ValueError:
         phrase = "an unknown status"
-    hint = {401: "; check the API key (DIFFJEV_VLLM_API_KEY)", 403: "; check the API key (DIFFJEV_VLLM_API_KEY)",
-            404: "; check the URL and the model name"}.get(status, "; the server's own log says why")
+    hint = {
+        401: "; check the API key (DIFFJEV_VLLM_API_KEY)",
+        403: "; check the API key (DIFFJEV_VLLM_API_KEY)",
+        404: "; check the URL and the model name",
+    }.get(status, "; the server's own log says why")
     return f"{status} ({phrase}){hint}"

@@ -39,8 +39,9 @@ def slot_reads(logprobs: torch.Tensor, canvas: Canvas) -> dict[str, SlotRead]:
     return out
 
 
-def batched_by_shape(canvases: Sequence[Canvas], batch_size: int,
-                     read_batch: Callable[[list[Canvas]], list[dict[str, SlotRead]]]) -> list[dict[str, SlotRead]]:
+def batched_by_shape(
+    canvases: Sequence[Canvas], batch_size: int, read_batch: Callable[[list[Canvas]], list[dict[str, SlotRead]]]
+) -> list[dict[str, SlotRead]]:
     """Read canvases in batches of equal prompt length and width, so they stack with no padding and
     every read is exactly what it would be alone."""
     groups: dict[tuple[int, int], list[int]] = defaultdict(list)
@@ -49,7 +50,7 @@ def batched_by_shape(canvases: Sequence[Canvas], batch_size: int,
     results: list[dict[str, SlotRead] | None] = [None] * len(canvases)
     for indices in groups.values():
         for start in range(0, len(indices), batch_size):
-            part = indices[start:start + batch_size]
+            part = indices[start : start + batch_size]
             for i, read in zip(part, read_batch([canvases[i] for i in part])):
                 results[i] = read
     return results  # type: ignore[return-value]

@@ -43,8 +43,10 @@ def choose_engine(choice: EngineChoice) -> ChosenEngine:
         if choice.kind == "jev":
             from diffjev.engines.jev_api import JevAPIEngine
 
-            return ChosenEngine(JevAPIEngine(url, model, api_key=api_key),
-                                f"Jev API at {shown_url(url)}" + (f", model {model}" if model else ""))
+            return ChosenEngine(
+                JevAPIEngine(url, model, api_key=api_key),
+                f"Jev API at {shown_url(url)}" + (f", model {model}" if model else ""),
+            )
         if not model:
             raise EngineError("the vllm engine needs the served model name: pass --model or set DIFFJEV_VLLM_MODEL")
         from diffjev.engines.vllm import VLLMServerEngine

@@ -15,8 +15,13 @@ from diffjev.canvas import Canvas, CanvasBuilder, DEFAULT_MAX_WIDTH, ModelFormat
 from diffjev.decide import SlotRead
 from diffjev.engines._torch import batched_by_shape, head_logprobs, resolve_device, slot_reads
 from diffjev.engines.base import CanvasEngine, EngineError, prompt_token_limit
-from diffjev.models import OFFLINE_GEMMA, from_pretrained, load_tokenizer, offline_gemma_causal_lm, \
-    offline_gemma_tokenizer
+from diffjev.models import (
+    OFFLINE_GEMMA,
+    from_pretrained,
+    load_tokenizer,
+    offline_gemma_causal_lm,
+    offline_gemma_tokenizer,
+)
 
 MODES = ("single", "sequential")
 
@@ -24,8 +29,17 @@ MODES = ("single", "sequential")
 class AutoregressiveEngine(CanvasEngine):
     name = "autoregressive"
 
-    def __init__(self, model: Any, tokenizer: Any = None, *, mode: str = "single", device: str | None = None,
-                 dtype: torch.dtype | None = None, batch_size: int = 8, canvas_length: int = DEFAULT_MAX_WIDTH):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any = None,
+        *,
+        mode: str = "single",
+        device: str | None = None,
+        dtype: torch.dtype | None = None,
+        batch_size: int = 8,
+        canvas_length: int = DEFAULT_MAX_WIDTH,
+    ):
         if mode not in MODES:
             raise EngineError(f"AutoregressiveEngine mode must be one of {', '.join(MODES)}, not {mode!r}")
         if isinstance(model, str):
@@ -39,8 +53,12 @@ class AutoregressiveEngine(CanvasEngine):
         self.model = model.to(self.device).eval()
         self.tokenizer = load_tokenizer(self.model_name if tokenizer is None else tokenizer)
         vocab = self.model.config.get_text_config().vocab_size
-        self.builder = CanvasBuilder(self.tokenizer, ModelFormat.from_tokenizer(self.tokenizer, vocab_size=vocab),
-                                     canvas_length, max_prompt_tokens=prompt_token_limit(self.model, canvas_length))
+        self.builder = CanvasBuilder(
+            self.tokenizer,
+            ModelFormat.from_tokenizer(self.tokenizer, vocab_size=vocab),
+            canvas_length,
+            max_prompt_tokens=prompt_token_limit(self.model, canvas_length),
+        )
         self.mode = mode
         self.name = f"autoregressive-{mode}"
         self.batch_size = batch_size
@@ -67,8 +85,7 @@ class AutoregressiveEngine(CanvasEngine):
         end = max(max(c.slots.values()) for c in canvases)
         ids = torch.tensor([list(c.prompt_ids) + list(c.ids[:end]) for c in canvases], device=self.device)
         hidden = self.model.model(input_ids=ids).last_hidden_state
-        positions = torch.tensor([[prompt_len + p - 1 for p in c.slots.values()] for c in canvases],
-                                 device=self.device)
+        positions = torch.tensor([[prompt_len + p - 1 for p in c.slots.values()] for c in canvases], device=self.device)
         rows = hidden[torch.arange(len(canvases), device=self.device)[:, None], positions]
         logprobs = head_logprobs(self.model, rows).cpu()
         return [slot_reads(lp, c) for lp, c in zip(logprobs, canvases)]

@@ -50,11 +50,14 @@ def server_url(url: str) -> str:
     base = url.split("?", 1)[0].split("#", 1)[0]
     shown = shown_url(base)
     if "?" in url or "#" in url:
-        raise EngineError(f"the server URL {shown} has a query or a fragment ('?' or '#'); give the server's "
-                          "base URL alone, as http://host:port")
+        raise EngineError(
+            f"the server URL {shown} has a query or a fragment ('?' or '#'); give the server's "
+            "base URL alone, as http://host:port"
+        )
     if any(c.isspace() or not c.isprintable() or c == "\\" for c in url):
-        raise EngineError(f"the server URL {shown!r} holds spaces, control characters or backslashes; "
-                          "give it as http://host:port")
+        raise EngineError(
+            f"the server URL {shown!r} holds spaces, control characters or backslashes; give it as http://host:port"
+        )
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
         raise EngineError(f"the server URL {shown} must start with http:// or https://")
@@ -163,4 +166,3 @@ class CanvasEngine(Engine):
         flat = [c for g in groups for c in g]
         got = iter(self.read(flat) if flat else [])
         return [[next(got) for _ in g] for g in groups]
-

@@ -27,15 +27,24 @@ def _distribution(question: Question, shape: dict[str, Any], diagnostics: dict[s
     total = sum(probs)
     if total <= 0:
         raise ValueError("probabilities sum to zero")
-    return SlotDistribution(tuple(p / total for p in probs), float(diagnostics.get("label_mass", 1.0)),
-                            diagnostics.get("argmax_is_label"))
+    return SlotDistribution(
+        tuple(p / total for p in probs), float(diagnostics.get("label_mass", 1.0)), diagnostics.get("argmax_is_label")
+    )
 
 
 class JevAPIEngine(Engine):
     name = "jev-api"
 
-    def __init__(self, url: str, model: str | None = None, *, max_in_flight: int = 16, timeout: float = 60.0,
-                 connect_timeout: float = 5.0, api_key: str | None = None):
+    def __init__(
+        self,
+        url: str,
+        model: str | None = None,
+        *,
+        max_in_flight: int = 16,
+        timeout: float = 60.0,
+        connect_timeout: float = 5.0,
+        api_key: str | None = None,
+    ):
         self.url = server_url(url)  # no query or fragment: it would change the path the read goes to
         self.endpoint = f"{self.url}/v1/systemone"
         self.model_name = model or ""
@@ -44,8 +53,10 @@ class JevAPIEngine(Engine):
         self.max_in_flight = max_in_flight
 
     def request_body(self, schema: Schema, state: Any) -> dict[str, Any]:
-        body: dict[str, Any] = {"state": state if isinstance(state, (dict, list)) else render_state(state),
-                                "questions": schema.to_jev_questions()}
+        body: dict[str, Any] = {
+            "state": state if isinstance(state, (dict, list)) else render_state(state),
+            "questions": schema.to_jev_questions(),
+        }
         if self.model_name:
             body["model"] = self.model_name
         if schema.instructions:
@@ -54,9 +65,11 @@ class JevAPIEngine(Engine):
 
     def decide_many(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
         if not schema.template.is_default_for([q.id for q in schema.questions]):
-            raise SchemaError("the Jev API reads question by question with its own prompt and cannot use a custom "
-                              "template; remove the template or use a canvas engine (vllm, transformers)",
-                              field="template")
+            raise SchemaError(
+                "the Jev API reads question by question with its own prompt and cannot use a custom "
+                "template; remove the template or use a canvas engine (vllm, transformers)",
+                field="template",
+            )
         check_upstream_limits(schema)
         # Bounded look-ahead keeps a long stream from queueing every request at once.
         pending = []
@@ -76,19 +89,27 @@ class JevAPIEngine(Engine):
             try:
                 dist = _distribution(q, data["answers"][q.id], (data.get("diagnostics") or {}).get(q.id) or {})
             except (ValueError, KeyError, TypeError, AttributeError):  # never quote the answer: it may be anyone's
-                raise EngineError(f"the answer from the Jev API at {shown_url(where)} is not a structured decision: "
-                                  f"no usable answers.{q.id}.probabilities over the question's answers") from None
+                raise EngineError(
+                    f"the answer from the Jev API at {shown_url(where)} is not a structured decision: "
+                    f"no usable answers.{q.id}.probabilities over the question's answers"
+                ) from None
             answers[q.id] = aggregate(q, [dist])
         diagnostics = {
-            "engine": self.name, "model": data.get("model") or self.model_name, "endpoint": shown_url(where),
-            "prompt_ids": None, "canvas_ids": None, "slots": None, "label_ids": None, "draws": 1,
+            "engine": self.name,
+            "model": data.get("model") or self.model_name,
+            "endpoint": shown_url(where),
+            "prompt_ids": None,
+            "canvas_ids": None,
+            "slots": None,
+            "label_ids": None,
+            "draws": 1,
             "model_passes": len(schema.questions),  # the server reads one canvas per question
             "sampling": "one read per question (the Jev API takes no sampling policy)",
-            "usage": data.get("usage"), "timing": {"read_s": time.perf_counter() - started},
+            "usage": data.get("usage"),
+            "timing": {"read_s": time.perf_counter() - started},
         }
         return Decision(answers, schema, diagnostics)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._clients.close()
-

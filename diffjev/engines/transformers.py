@@ -26,7 +26,8 @@ def diffusion_family(model: Any) -> str:
         return "masked"
     raise EngineError(
         f"TransformersEngine reads diffusion models (DiffusionGemma or a masked LM); "
-        f"{type(model).__name__} is neither. Use AutoregressiveEngine for a causal LM.")
+        f"{type(model).__name__} is neither. Use AutoregressiveEngine for a causal LM."
+    )
 
 
 def load_diffusion_model(spec: str, dtype: torch.dtype | None) -> Any:
@@ -43,8 +44,16 @@ def load_diffusion_model(spec: str, dtype: torch.dtype | None) -> Any:
 class TransformersEngine(CanvasEngine):
     name = "transformers"
 
-    def __init__(self, model: Any, tokenizer: Any = None, *, device: str | None = None,
-                 dtype: torch.dtype | None = None, batch_size: int = 8, canvas_length: int = DEFAULT_MAX_WIDTH):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any = None,
+        *,
+        device: str | None = None,
+        dtype: torch.dtype | None = None,
+        batch_size: int = 8,
+        canvas_length: int = DEFAULT_MAX_WIDTH,
+    ):
         if isinstance(model, str):
             self.model_name = model
             model = load_diffusion_model(model, dtype)
@@ -57,10 +66,12 @@ class TransformersEngine(CanvasEngine):
         self.family = diffusion_family(model)
         self.tokenizer = load_tokenizer(tokenizer)
         vocab = self.model.config.get_text_config().vocab_size
-        fmt = ModelFormat.from_tokenizer(self.tokenizer, "uniform" if self.family == "diffusion_gemma" else "mask",
-                                         vocab_size=vocab)
-        self.builder = CanvasBuilder(self.tokenizer, fmt, canvas_length,
-                                     max_prompt_tokens=prompt_token_limit(self.model, canvas_length))
+        fmt = ModelFormat.from_tokenizer(
+            self.tokenizer, "uniform" if self.family == "diffusion_gemma" else "mask", vocab_size=vocab
+        )
+        self.builder = CanvasBuilder(
+            self.tokenizer, fmt, canvas_length, max_prompt_tokens=prompt_token_limit(self.model, canvas_length)
+        )
         self.batch_size = batch_size
 
     def read(self, canvases: Sequence[Canvas]) -> list[dict[str, SlotRead]]:
@@ -81,11 +92,12 @@ class TransformersEngine(CanvasEngine):
         if self.family == "diffusion_gemma":
             return self.model.model(input_ids=prompt, decoder_input_ids=canvas).last_hidden_state
         hidden = self.model.model(input_ids=torch.cat([prompt, canvas], dim=1)).last_hidden_state
-        return hidden[:, prompt.shape[1]:]
+        return hidden[:, prompt.shape[1] :]
 
     @torch.inference_mode()
-    def canvas_logprobs(self, prompt_ids: Sequence[int], canvas_ids: Sequence[int],
-                        rows: int | None = None) -> torch.Tensor:
+    def canvas_logprobs(
+        self, prompt_ids: Sequence[int], canvas_ids: Sequence[int], rows: int | None = None
+    ) -> torch.Tensor:
         """Log-probabilities over the canvas (what a server returns under read-only): `(width, vocab)`
         through the model's own full forward, or, given `rows`, `(rows, vocab)` for the first `rows`
         positions with the head applied there only (a server answering `max_tokens` below the width)."""
@@ -96,5 +108,5 @@ class TransformersEngine(CanvasEngine):
         if self.family == "diffusion_gemma":
             logits = self.model(input_ids=prompt, decoder_input_ids=ids).logits[0]
         else:
-            logits = self.model(input_ids=torch.cat([prompt, ids], dim=1)).logits[0, prompt.shape[1]:]
+            logits = self.model(input_ids=torch.cat([prompt, ids], dim=1)).logits[0, prompt.shape[1] :]
         return torch.log_softmax(logits.float(), dim=-1).cpu()

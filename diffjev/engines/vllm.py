@@ -27,7 +27,7 @@ MAX_LOGPROB_TOKEN_IDS = 128  # djev's cap: more than this and the request itself
 def parse_token(token: str) -> int:
     if not isinstance(token, str) or not token.startswith("token_id:"):
         raise ValueError(f"expected a token as 'token_id:N' (return_tokens_as_token_ids), got {token!r}")
-    return int(token[len("token_id:"):])
+    return int(token[len("token_id:") :])
 
 
 def parse_chat_logprobs(data: Any, canvas: Canvas) -> dict[str, SlotRead]:
@@ -45,10 +45,20 @@ class VLLMServerEngine(CanvasEngine):
     name = "vllm"
     pipeline_depth = 2
 
-    def __init__(self, url: str, model: str, tokenizer: Any = None, *, canvas_length: int = DEFAULT_MAX_WIDTH,
-                 max_in_flight: int = 32, timeout: float = 60.0, connect_timeout: float = 5.0,
-                 api_key: str | None = None, vocab_size: int | None = None,
-                 chat_template_kwargs: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        tokenizer: Any = None,
+        *,
+        canvas_length: int = DEFAULT_MAX_WIDTH,
+        max_in_flight: int = 32,
+        timeout: float = 60.0,
+        connect_timeout: float = 5.0,
+        api_key: str | None = None,
+        vocab_size: int | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ):
         self.url = server_url(url)  # no query or fragment: it would change the path the read goes to
         self.endpoint = f"{self.url}/v1/chat/completions"
         self.model_name = model
@@ -118,9 +128,9 @@ class VLLMServerEngine(CanvasEngine):
         except (KeyError, IndexError, TypeError, ValueError):  # the exception would quote the answer: not shown
             raise EngineError(
                 f"the answer from {shown_url(self.endpoint)} has no usable choices[0].logprobs.content at the "
-                f"slots; the server must be a vLLM build with structured reads") from None
+                f"slots; the server must be a vLLM build with structured reads"
+            ) from None
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._clients.close()
-

@@ -31,10 +31,21 @@ from diffjev import calibration as cal
 from diffjev.schema import Question, Schema
 from diffjev.storage import repo
 from diffjev.storage.db import Database
-from diffjev.storage.models import Event, Item, Response, Suggestion, utcnow
+from diffjev.storage.models import Event, Response, Suggestion, utcnow
 
-STRATEGIES = ("in_order", "least_confidence", "margin", "entropy", "stderr", "diverse", "run_disagreement",
-              "second_opinion", "overlap", "changed", "blind")
+STRATEGIES = (
+    "in_order",
+    "least_confidence",
+    "margin",
+    "entropy",
+    "stderr",
+    "diverse",
+    "run_disagreement",
+    "second_opinion",
+    "overlap",
+    "changed",
+    "blind",
+)
 DIVERSE_CANDIDATES = 200  # the least confident open items the diverse queue spreads over
 DIVERSE_CLUSTERS = 8
 LEASE = timedelta(minutes=10)
@@ -71,12 +82,14 @@ def project_question(schema: Schema, key: str) -> Question:
     try:
         return schema.question(key)
     except KeyError:
-        raise repo.NotFound(f"no question {key!r} in this project; its questions: "
-                            f"{', '.join(q.id for q in schema.questions)}") from None
+        raise repo.NotFound(
+            f"no question {key!r} in this project; its questions: {', '.join(q.id for q in schema.questions)}"
+        ) from None
 
 
-def next_card(db: Database, project_name: str, question_key: str, strategy: str, annotator: str,
-              skip_item: int | None = None) -> Card | None:
+def next_card(
+    db: Database, project_name: str, question_key: str, strategy: str, annotator: str, skip_item: int | None = None
+) -> Card | None:
     """Lease and return the next item for this annotator, or None when the queue is empty."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown queue {strategy!r}; choose one of {', '.join(STRATEGIES)}")
@@ -145,27 +158,58 @@ def _diverse_pick(session, run_id: int, row: int, annotator: str, exclude: list[
         return None
     recent = repo.recent_texts(session, row, annotator, DIVERSE_CLUSTERS - 1)
     clusters = active.cluster_texts([text for _, text in candidates] + recent, DIVERSE_CLUSTERS)
-    seen = set(clusters[len(candidates):])
+    seen = set(clusters[len(candidates) :])
     fresh = [item_id for (item_id, _), c in zip(candidates, clusters) if c not in seen]
     return fresh[0] if fresh else candidates[0][0]
 
 
-def load_card(db: Database, project_id: int, item_id: int, question: Question, row: int, run_id: int | None,
-              annotator: str, blind: bool = False) -> Card:
+def load_card(
+    db: Database,
+    project_id: int,
+    item_id: int,
+    question: Question,
+    row: int,
+    run_id: int | None,
+    annotator: str,
+    blind: bool = False,
+) -> Card:
     with db.read() as session:
         item = repo.project_item(session, project_id, item_id)
         suggestion = None
         if run_id is not None and not blind:
-            s = session.scalar(select(Suggestion).where(Suggestion.run_id == run_id, Suggestion.item_id == item_id,
-                                                        Suggestion.question_id == row))
+            s = session.scalar(
+                select(Suggestion).where(
+                    Suggestion.run_id == run_id, Suggestion.item_id == item_id, Suggestion.question_id == row
+                )
+            )
             if s is not None:
-                suggestion = {"id": s.id, "answer": s.answer, "distribution": dict(s.distribution),
-                              "confidence": s.confidence, "stderr": s.stderr, "draws": s.draws,
-                              "calibrated": calibrated_confidence(session, run_id, row, s.distribution, question)}
-        mine = session.scalar(select(Response).where(Response.item_id == item_id, Response.question_id == row,
-                                                     Response.annotator == annotator))
-        return Card(project_id, item.id, item.external_id, item.text, dict(item.fields), question, row, suggestion,
-                    blind, mine.revision if mine else None, mine.value if mine else None)
+                suggestion = {
+                    "id": s.id,
+                    "answer": s.answer,
+                    "distribution": dict(s.distribution),
+                    "confidence": s.confidence,
+                    "stderr": s.stderr,
+                    "draws": s.draws,
+                    "calibrated": calibrated_confidence(session, run_id, row, s.distribution, question),
+                }
+        mine = session.scalar(
+            select(Response).where(
+                Response.item_id == item_id, Response.question_id == row, Response.annotator == annotator
+            )
+        )
+        return Card(
+            project_id,
+            item.id,
+            item.external_id,
+            item.text,
+            dict(item.fields),
+            question,
+            row,
+            suggestion,
+            blind,
+            mine.revision if mine else None,
+            mine.value if mine else None,
+        )
 
 
 def calibrated_confidence(session, run_id: int, row: int, distribution: dict, question: Question) -> float | None:
@@ -177,8 +221,9 @@ def calibrated_confidence(session, run_id: int, row: int, distribution: dict, qu
     return float(scaled.max())
 
 
-def answer(db: Database, card: Card, annotator: str, value: str | None, seconds: float | None,
-           status: str = "submitted") -> int:
+def answer(
+    db: Database, card: Card, annotator: str, value: str | None, seconds: float | None, status: str = "submitted"
+) -> int:
     """Store the annotator's answer to a card: accepted (the suggestion's answer), corrected (another
     answer to a shown suggestion) or manual (no suggestion shown); or a skip. Returns the response id."""
     if value is not None and value not in card.question.names:
@@ -194,10 +239,21 @@ def answer(db: Database, card: Card, annotator: str, value: str | None, seconds:
         source = "manual"
 
     def work(session) -> int:
-        response = repo.respond(session, repo.ResponseInput(
-            card.item_id, card.question_row, annotator, value, source, status,
-            suggestion_id=card.suggestion["id"] if shown else None, suggestion_shown=shown, seconds=seconds),
-            expected_revision=card.revision)
+        response = repo.respond(
+            session,
+            repo.ResponseInput(
+                card.item_id,
+                card.question_row,
+                annotator,
+                value,
+                source,
+                status,
+                suggestion_id=card.suggestion["id"] if shown else None,
+                suggestion_shown=shown,
+                seconds=seconds,
+            ),
+            expected_revision=card.revision,
+        )
         repo.release_lease(session, card.item_id, card.question_row, annotator)
         return response.id
 
@@ -208,12 +264,24 @@ def undo_last(db: Database, project_id: int, annotator: str) -> tuple[int, int] 
     """Take back the annotator's last answer still standing; returns its (item id, question row)."""
 
     def work(session) -> tuple[int, int] | None:
-        undone = {e.payload.get("undoes") for e in session.scalars(
-            select(Event).where(Event.project_id == project_id, Event.actor == annotator,
-                                Event.kind == "response.undone"))}
-        for event in session.scalars(select(Event).where(
-                Event.project_id == project_id, Event.actor == annotator,
-                Event.kind.in_(("response.submitted", "response.skipped"))).order_by(Event.id.desc()).limit(200)):
+        undone = {
+            e.payload.get("undoes")
+            for e in session.scalars(
+                select(Event).where(
+                    Event.project_id == project_id, Event.actor == annotator, Event.kind == "response.undone"
+                )
+            )
+        }
+        for event in session.scalars(
+            select(Event)
+            .where(
+                Event.project_id == project_id,
+                Event.actor == annotator,
+                Event.kind.in_(("response.submitted", "response.skipped")),
+            )
+            .order_by(Event.id.desc())
+            .limit(200)
+        ):
             if event.id in undone:
                 continue
             response = session.get(Response, event.payload["response_id"])
@@ -222,13 +290,17 @@ def undo_last(db: Database, project_id: int, annotator: str) -> tuple[int, int] 
                 if before is None:
                     session.delete(response)
                 else:
-                    response.value, response.status, response.source = before["value"], before["status"], \
-                        before["source"]
+                    response.value, response.status, response.source = (
+                        before["value"],
+                        before["status"],
+                        before["source"],
+                    )
                     response.revision += 1
                 session.flush()
             repo.refresh_open(session, event.item_id, event.question_id)
-            repo.log(session, annotator, "response.undone", project_id, event.item_id, event.question_id,
-                     undoes=event.id)
+            repo.log(
+                session, annotator, "response.undone", project_id, event.item_id, event.question_id, undoes=event.id
+            )
             return event.item_id, event.question_id
         return None
 

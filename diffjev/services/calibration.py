@@ -44,12 +44,24 @@ class QuestionCalibration:
     kappa: float | None = None  # score questions: quadratic-weighted
 
     def summary(self) -> dict[str, Any]:
-        row = {"question": self.question, "run": self.run_id, "answers used": self.answers_used, "items": self.n,
-               "accuracy": round(self.accuracy, 3), "ECE": round(self.ece, 3), "Brier": round(self.brier, 3),
-               "NLL": round(self.nll, 3)}
+        row = {
+            "question": self.question,
+            "run": self.run_id,
+            "answers used": self.answers_used,
+            "items": self.n,
+            "accuracy": round(self.accuracy, 3),
+            "ECE": round(self.ece, 3),
+            "Brier": round(self.brier, 3),
+            "NLL": round(self.nll, 3),
+        }
         if self.temperature is not None:
-            row.update({"temperature": round(self.temperature, 3), "calibrated ECE": round(self.calibrated["ece"], 3),
-                        "calibrated Brier": round(self.calibrated["brier"], 3)})
+            row.update(
+                {
+                    "temperature": round(self.temperature, 3),
+                    "calibrated ECE": round(self.calibrated["ece"], 3),
+                    "calibrated Brier": round(self.calibrated["brier"], 3),
+                }
+            )
         if self.mae is not None:
             row.update({"MAE": round(self.mae, 3), "QWK": round(self.kappa, 3)})
         return row
@@ -59,12 +71,29 @@ def _pairs(db: Database, run_id: int, question_row: int) -> list[tuple[dict, str
     """(distribution, human answer, blind) per answered item: the item's earliest blind answer if it has
     one, else its earliest answer."""
     with db.read() as session:  # plain rows, distribution as JSON text: this reads every answered item
-        rows = session.connection().execute(
-            select(Suggestion.item_id, cast(Suggestion.distribution, Text), Response.value,
-                   Response.suggestion_shown, Response.id)
-            .join(Response, (Response.item_id == Suggestion.item_id) & (Response.question_id == Suggestion.question_id))
-            .where(Suggestion.run_id == run_id, Suggestion.question_id == question_row,
-                   Response.status == "submitted", Response.value.is_not(None))).all()
+        rows = (
+            session.connection()
+            .execute(
+                select(
+                    Suggestion.item_id,
+                    cast(Suggestion.distribution, Text),
+                    Response.value,
+                    Response.suggestion_shown,
+                    Response.id,
+                )
+                .join(
+                    Response,
+                    (Response.item_id == Suggestion.item_id) & (Response.question_id == Suggestion.question_id),
+                )
+                .where(
+                    Suggestion.run_id == run_id,
+                    Suggestion.question_id == question_row,
+                    Response.status == "submitted",
+                    Response.value.is_not(None),
+                )
+            )
+            .all()
+        )
     best: dict[int, tuple] = {}
     for item_id, distribution, value, shown, response_id in rows:
         key = (bool(shown), response_id)  # blind first, then the earliest (ids grow with time)
@@ -73,8 +102,9 @@ def _pairs(db: Database, run_id: int, question_row: int) -> list[tuple[dict, str
     return [(orjson.loads(d), value, blind) for _, d, value, blind in (best[i] for i in sorted(best))]
 
 
-def calibrate(db: Database, project_name: str, run_id: int, question_key: str, folds: int = 5,
-              full: bool = True) -> QuestionCalibration | None:
+def calibrate(
+    db: Database, project_name: str, run_id: int, question_key: str, folds: int = 5, full: bool = True
+) -> QuestionCalibration | None:
     """The run's calibration on one question, or None before any item has a human answer. With
     `full=False`, only the headline numbers (no curve, no temperature), for the comparison table."""
     project_id, schema, rows, _ = project_schema(db, project_name)
@@ -90,15 +120,27 @@ def calibrate(db: Database, project_name: str, run_id: int, question_key: str, f
     in_order = itemgetter(*names)  # stored distributions hold every answer name
     probs = np.array([in_order(d) for d, _, _ in pairs], dtype=float)
     labels = [names.index(v) for _, v, _ in pairs]
-    result = QuestionCalibration(question_key, run_id, used, len(pairs), len(blind), cal.accuracy(probs, labels),
-                                 cal.ece(probs, labels), cal.brier(probs, labels), cal.nll(probs, labels),
-                                 cal.reliability_bins(probs, labels),
-                                 cal.auto_accept_curve(probs, labels) if full else [])
+    result = QuestionCalibration(
+        question_key,
+        run_id,
+        used,
+        len(pairs),
+        len(blind),
+        cal.accuracy(probs, labels),
+        cal.ece(probs, labels),
+        cal.brier(probs, labels),
+        cal.nll(probs, labels),
+        cal.reliability_bins(probs, labels),
+        cal.auto_accept_curve(probs, labels) if full else [],
+    )
     if full and len(pairs) >= 2 * folds:  # enough for every fold to fit on others and be scored on its own
         calibrated, temperatures = cal.cross_validated_temperature(probs, labels, folds)
         result.temperature = statistics.median(temperatures)
-        result.calibrated = {"ece": cal.ece(calibrated, labels), "brier": cal.brier(calibrated, labels),
-                             "nll": cal.nll(calibrated, labels)}
+        result.calibrated = {
+            "ece": cal.ece(calibrated, labels),
+            "brier": cal.brier(calibrated, labels),
+            "nll": cal.nll(calibrated, labels),
+        }
     if question.kind == "score":
         result.mae, result.kappa = cal.score_errors(probs, labels)
     return result
@@ -109,34 +151,53 @@ def compare_runs(db: Database, project_name: str) -> list[dict[str, Any]]:
     and latency per item, so engines read over the same items can be set side by side."""
     project_id, schema, rows, _ = project_schema(db, project_name)
     with db.read() as session:
-        runs = session.execute(select(Run.id, Run.engine, Run.model_name).where(Run.project_id == project_id)
-                               .order_by(Run.id)).all()
+        runs = session.execute(
+            select(Run.id, Run.engine, Run.model_name).where(Run.project_id == project_id).order_by(Run.id)
+        ).all()
         costs = {}
         passes = ItemRead.diagnostics["model_passes"].as_float()  # JSON path, the same on SQLite and PostgreSQL
         for run_id, _, _ in runs:
             costs[run_id] = session.execute(
-                select(func.avg(passes), func.avg(ItemRead.latency_ms), func.count())
-                .where(ItemRead.run_id == run_id, ItemRead.status == "ok")).one()
+                select(func.avg(passes), func.avg(ItemRead.latency_ms), func.count()).where(
+                    ItemRead.run_id == run_id, ItemRead.status == "ok"
+                )
+            ).one()
     table = []
     for run_id, engine, model in runs:
         passes, latency, read_items = costs[run_id]
         for q in schema.questions:
             found = calibrate(db, project_name, run_id, q.id, full=False)
-            table.append({"run": run_id, "engine": engine, "model": model, "question": q.id,
-                          "items read": read_items,
-                          "answered": found.n if found else 0,
-                          "accuracy": round(found.accuracy, 3) if found else None,
-                          "ECE": round(found.ece, 3) if found else None,
-                          "Brier": round(found.brier, 3) if found else None,
-                          "passes / item": round(passes, 2) if passes is not None else None,
-                          "mean latency ms / item": round(latency, 1) if latency is not None else None})
+            table.append(
+                {
+                    "run": run_id,
+                    "engine": engine,
+                    "model": model,
+                    "question": q.id,
+                    "items read": read_items,
+                    "answered": found.n if found else 0,
+                    "accuracy": round(found.accuracy, 3) if found else None,
+                    "ECE": round(found.ece, 3) if found else None,
+                    "Brier": round(found.brier, 3) if found else None,
+                    "passes / item": round(passes, 2) if passes is not None else None,
+                    "mean latency ms / item": round(latency, 1) if latency is not None else None,
+                }
+            )
     return table
 
 
-def store_temperature(db: Database, project_id: int, run_id: int, question_row: int, temperature: float,
-                      fitted_on: int, actor: str) -> None:
+def store_temperature(
+    db: Database, project_id: int, run_id: int, question_row: int, temperature: float, fitted_on: int, actor: str
+) -> None:
     """Attach a fitted temperature to one of the project's runs, in the audit log, so later screens can show it."""
     with db.session() as session:
         run = repo.get_run(session, run_id, project_id)
-        repo.log(session, actor, "calibration.fitted", run.project_id, question_id=question_row, run_id=run_id,
-                 temperature=temperature, fitted_on=fitted_on)
+        repo.log(
+            session,
+            actor,
+            "calibration.fitted",
+            run.project_id,
+            question_id=question_row,
+            run_id=run_id,
+            temperature=temperature,
+            fitted_on=fitted_on,
+        )

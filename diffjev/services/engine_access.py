@@ -56,8 +56,10 @@ def allowed_server_url(typed: str, allowed: Sequence[str]) -> str:
                 return entry
         except EngineError:  # a malformed entry in the settings matches nothing
             continue
-    raise EngineError(f"the server URL {shown_url(typed)} is not one the studio may use; the operator can add it "
-                      f"to {ENGINE_URLS_SETTING} (comma-separated base URLs) and restart the studio")
+    raise EngineError(
+        f"the server URL {shown_url(typed)} is not one the studio may use; the operator can add it "
+        f"to {ENGINE_URLS_SETTING} (comma-separated base URLs) and restart the studio"
+    )
 
 
 def allowed_model(name: str, model_dir: Path) -> str:
@@ -70,18 +72,23 @@ def allowed_model(name: str, model_dir: Path) -> str:
         if inside and local.is_dir():
             return str(local)
         if not inside and (root / where).exists():
-            raise EngineError(f"model {name!r} leads outside the models folder {model_dir} ({MODEL_DIR_SETTING}); "
-                              "move the model into it")
+            raise EngineError(
+                f"model {name!r} leads outside the models folder {model_dir} ({MODEL_DIR_SETTING}); "
+                "move the model into it"
+            )
     # transformers loads a name that exists as a relative folder from that folder, not from the Hub.
     if HUB_MODEL.fullmatch(name) and len(name) <= 96 and not where.exists():
         return name
-    raise EngineError(f"model {name!r}: from the studio a model is a Hugging Face Hub name (owner/name) or a folder "
-                      f"inside the models folder {model_dir} ({MODEL_DIR_SETTING}); move the model there, or "
-                      f"run it from the command line")
+    raise EngineError(
+        f"model {name!r}: from the studio a model is a Hugging Face Hub name (owner/name) or a folder "
+        f"inside the models folder {model_dir} ({MODEL_DIR_SETTING}); move the model there, or "
+        f"run it from the command line"
+    )
 
 
-def studio_engine_choice(kind: str, url: str | None, model: str | None, *, allowed_urls: Sequence[str],
-                         model_dir: Path) -> EngineChoice:
+def studio_engine_choice(
+    kind: str, url: str | None, model: str | None, *, allowed_urls: Sequence[str], model_dir: Path
+) -> EngineChoice:
     """The EngineChoice for what a studio user typed, after the checks above."""
     if url:
         url = allowed_server_url(url, allowed_urls)

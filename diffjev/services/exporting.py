@@ -33,21 +33,44 @@ def columns_and_schema(question_keys: list[str], names: dict[str, list[str]]) ->
     """The export's column names and Arrow schema."""
     import pyarrow as pa
 
-    fields = [("item_id", pa.int64()), ("external_id", pa.string()), ("text", pa.string()), ("fields", pa.string()),
-              ("run_id", pa.int64()), ("engine", pa.string()), ("model", pa.string())]
+    fields = [
+        ("item_id", pa.int64()),
+        ("external_id", pa.string()),
+        ("text", pa.string()),
+        ("fields", pa.string()),
+        ("run_id", pa.int64()),
+        ("engine", pa.string()),
+        ("model", pa.string()),
+    ]
     for q in question_keys:
-        fields += [(q, pa.string()), (f"{q}_annotator", pa.string()), (f"{q}_source", pa.string()),
-                   (f"{q}_annotations", pa.int64()), (f"{q}_model", pa.string()), (f"{q}_confidence", pa.float64()),
-                   (f"{q}_distribution", pa.struct([(n, pa.float64()) for n in names[q]]))]
+        fields += [
+            (q, pa.string()),
+            (f"{q}_annotator", pa.string()),
+            (f"{q}_source", pa.string()),
+            (f"{q}_annotations", pa.int64()),
+            (f"{q}_model", pa.string()),
+            (f"{q}_confidence", pa.float64()),
+            (f"{q}_distribution", pa.struct([(n, pa.float64()) for n in names[q]])),
+        ]
     schema = pa.schema(fields)
     return schema.names, schema
 
 
-def export_project(db: Database, project_name: str, target: str | os.PathLike, fmt: str, *,
-                   run_id: int | None = None, annotator: str | None = None, reviewed_only: bool = True,
-                   actor: str = "system", progress: Callable[[int], None] | None = None,
-                   push_to_hub: str | None = None, token: str | None = None,
-                   csv_escape: bool | None = None) -> int:
+def export_project(
+    db: Database,
+    project_name: str,
+    target: str | os.PathLike,
+    fmt: str,
+    *,
+    run_id: int | None = None,
+    annotator: str | None = None,
+    reviewed_only: bool = True,
+    actor: str = "system",
+    progress: Callable[[int], None] | None = None,
+    push_to_hub: str | None = None,
+    token: str | None = None,
+    csv_escape: bool | None = None,
+) -> int:
     """Write the export and return how many items it holds. `csv_escape` (default: csv_escape_setting())
     prefixes a quote to CSV text cells that a spreadsheet would run as formulas."""
     if push_to_hub and fmt != "hf":
@@ -64,20 +87,39 @@ def export_project(db: Database, project_name: str, target: str | os.PathLike, f
     keys = [q.id for q in schema.questions]
     _, arrow_schema = columns_and_schema(keys, {q.id: list(q.names) for q in schema.questions})
     # JSONL keeps the context fields as an object; the tabular formats hold them as JSON text.
-    batches = _column_batches(db, project_id, question_rows, keys, run_info, annotator, reviewed_only,
-                              fields_as_text=fmt != "jsonl")
+    batches = _column_batches(
+        db, project_id, question_rows, keys, run_info, annotator, reviewed_only, fields_as_text=fmt != "jsonl"
+    )
     escape = csv_escape_setting() if csv_escape is None else csv_escape
     count = write_export(batches, target, fmt, arrow_schema, on_batch=progress, csv_escape=escape)
     if push_to_hub:
         _push(target, push_to_hub, token)
     with db.session() as session:
-        repo.log(session, actor, "export.written", project_id, target=str(target), format=fmt, items=count,
-                 run_id=run_info[0], annotator=annotator, reviewed_only=reviewed_only)
+        repo.log(
+            session,
+            actor,
+            "export.written",
+            project_id,
+            target=str(target),
+            format=fmt,
+            items=count,
+            run_id=run_info[0],
+            annotator=annotator,
+            reviewed_only=reviewed_only,
+        )
     return count
 
 
-def _column_batches(db: Database, project_id: int, question_rows: dict[str, int], keys: list[str], run_info: tuple,
-                    annotator: str | None, reviewed_only: bool, fields_as_text: bool) -> Iterator[dict[str, list]]:
+def _column_batches(
+    db: Database,
+    project_id: int,
+    question_rows: dict[str, int],
+    keys: list[str],
+    run_info: tuple,
+    annotator: str | None,
+    reviewed_only: bool,
+    fields_as_text: bool,
+) -> Iterator[dict[str, list]]:
     run_id, engine, model = run_info
     question_ids = [question_rows[k] for k in keys]
     key_of = {qid: k for k, qid in question_rows.items()}
@@ -99,11 +141,17 @@ def _column_batches(db: Database, project_id: int, question_rows: dict[str, int]
                 continue
         columns = list(zip(*rows))  # transposed in C: one list per selected column
         n = len(rows)
-        batch: dict[str, list] = {"item_id": list(columns[0]), "external_id": list(columns[1]),
-                                  "text": list(columns[2]), "fields": list(columns[3]), "run_id": [run_id] * n,
-                                  "engine": [engine] * n, "model": [model] * n}
+        batch: dict[str, list] = {
+            "item_id": list(columns[0]),
+            "external_id": list(columns[1]),
+            "text": list(columns[2]),
+            "fields": list(columns[3]),
+            "run_id": [run_id] * n,
+            "engine": [engine] * n,
+            "model": [model] * n,
+        }
         for k_index, k in enumerate(keys):
-            answer, confidence, distribution = columns[4 + 3 * k_index: 7 + 3 * k_index]
+            answer, confidence, distribution = columns[4 + 3 * k_index : 7 + 3 * k_index]
             latest = [given.get((item_id, k)) for item_id in batch["item_id"]]
             batch[k] = [g[-1][0] if g else None for g in latest]
             batch[f"{k}_annotator"] = [g[-1][1] if g else None for g in latest]

@@ -51,8 +51,10 @@ def dataset_source(name: str, folder: Path) -> str | HubDataset:
     name = name.strip()
     where = Path(name)
     if where.is_absolute() or ".." in where.parts or "\x00" in name:
-        raise SourceError(f"dataset {name!r}: a folder must be named relative to the import folder {folder}, "
-                          f"without '..'; move the dataset under it, or give a Hub dataset name (owner/name)")
+        raise SourceError(
+            f"dataset {name!r}: a folder must be named relative to the import folder {folder}, "
+            f"without '..'; move the dataset under it, or give a Hub dataset name (owner/name)"
+        )
     root = folder.resolve()
     local = (root / where).resolve()
     if not local.is_relative_to(root):
@@ -61,8 +63,9 @@ def dataset_source(name: str, folder: Path) -> str | HubDataset:
         return str(local)
     if HUB_DATASET.fullmatch(name):
         return HubDataset(name)  # fetched from the Hub only, never looked up on the server's disk
-    raise SourceError(f"dataset {name!r} is neither a folder under the import folder {folder} nor a Hub dataset "
-                      f"name (owner/name)")
+    raise SourceError(
+        f"dataset {name!r} is neither a folder under the import folder {folder} nor a Hub dataset name (owner/name)"
+    )
 
 
 def max_item_chars() -> int:
@@ -71,15 +74,27 @@ def max_item_chars() -> int:
     if not raw:
         return MAX_ITEM_CHARS
     if not raw.isdigit() or int(raw) < 1:
-        raise SourceError(f"DIFFJEV_MAX_ITEM_CHARS={raw!r}: give the longest item text to import as a whole "
-                          f"number of characters, such as {MAX_ITEM_CHARS}")
+        raise SourceError(
+            f"DIFFJEV_MAX_ITEM_CHARS={raw!r}: give the longest item text to import as a whole "
+            f"number of characters, such as {MAX_ITEM_CHARS}"
+        )
     return int(raw)
 
 
-def import_items(db: Database, project_name: str, source: Any, *, text_field: str | None = None,
-                 id_field: str | None = None, context_fields: Sequence[str] | None = None, split: str = "train",
-                 actor: str = "system", chunk_rows: int = CHUNK_ROWS, max_chars: int | None = None,
-                 progress: Callable[[ImportReport], None] | None = None) -> ImportReport:
+def import_items(
+    db: Database,
+    project_name: str,
+    source: Any,
+    *,
+    text_field: str | None = None,
+    id_field: str | None = None,
+    context_fields: Sequence[str] | None = None,
+    split: str = "train",
+    actor: str = "system",
+    chunk_rows: int = CHUNK_ROWS,
+    max_chars: int | None = None,
+    progress: Callable[[ImportReport], None] | None = None,
+) -> ImportReport:
     """Import a CSV, JSONL or Parquet file, a DataFrame, or a Hugging Face dataset into a project.
 
     Re-importing adds nothing twice: rows are keyed on `id_field` when given, else on a hash of their
@@ -106,8 +121,14 @@ def import_items(db: Database, project_name: str, source: Any, *, text_field: st
     return report
 
 
-def _import_chunks(db: Database, project_id: int, rows, chunk_rows: int, report: ImportReport,
-                   progress: Callable[[ImportReport], None] | None) -> None:
+def _import_chunks(
+    db: Database,
+    project_id: int,
+    rows,
+    chunk_rows: int,
+    report: ImportReport,
+    progress: Callable[[ImportReport], None] | None,
+) -> None:
     while True:
         chunk = list(islice(rows, chunk_rows))
         if not chunk:
@@ -126,17 +147,27 @@ def _import_chunks(db: Database, project_id: int, rows, chunk_rows: int, report:
         report.imported += added
         report.duplicates += len(good) - added
         report.rejected += len(rejected)
-        report.rejects.extend(rejected[:MAX_REPORTED_REJECTS - len(report.rejects)])
+        report.rejects.extend(rejected[: MAX_REPORTED_REJECTS - len(report.rejects)])
         if progress:
             progress(report)
 
 
-def _log_import(db: Database, actor: str, project_id: int, source: Any, report: ImportReport,
-                interrupted: str | None = None) -> None:
+def _log_import(
+    db: Database, actor: str, project_id: int, source: Any, report: ImportReport, interrupted: str | None = None
+) -> None:
     extra = {"interrupted": interrupted} if interrupted else {}
     with db.session() as session:
-        repo.log(session, actor, "items.imported", project_id, source=str(source)[:500], imported=report.imported,
-                 duplicates=report.duplicates, rejected=report.rejected, **extra)
+        repo.log(
+            session,
+            actor,
+            "items.imported",
+            project_id,
+            source=str(source)[:500],
+            imported=report.imported,
+            duplicates=report.duplicates,
+            rejected=report.rejected,
+            **extra,
+        )
 
 
 def _store_rows_one_by_one(session, project_id: int, rows: list[Row]) -> tuple[int, list[Rejected]]:
@@ -160,8 +191,11 @@ def _store_chunk(session, project_id: int, rows: list[Row]) -> int:
     """Insert, in file order, the rows not stored yet nor repeated earlier in the chunk; returns how many."""
     hashes = [r.content_hash for r in rows]
     have_ids, have_hashes = repo.existing_keys(
-        session, project_id, [r.external_id for r in rows if r.external_id is not None],
-        [h for r, h in zip(rows, hashes) if r.external_id is None])
+        session,
+        project_id,
+        [r.external_id for r in rows if r.external_id is not None],
+        [h for r, h in zip(rows, hashes) if r.external_id is None],
+    )
     fresh = []
     for r, h in zip(rows, hashes):
         seen, key = (have_ids, r.external_id) if r.external_id is not None else (have_hashes, h)

@@ -75,23 +75,49 @@ def engine_settings(engine: Engine) -> dict[str, Any]:
     return settings
 
 
-def start_run(db: Database, project_name: str, engine: Engine, *, only_unlabeled: bool = False,
-              seed: int = 42, actor: str = "system") -> int:
+def start_run(
+    db: Database,
+    project_name: str,
+    engine: Engine,
+    *,
+    only_unlabeled: bool = False,
+    seed: int = 42,
+    actor: str = "system",
+) -> int:
     with db.session() as session:
         project = repo.get_project(session, project_name)
         version = repo.latest_version(session, project.id)
         params = {"seed": seed, "only_unlabeled": only_unlabeled, "engine_settings": engine_settings(engine)}
-        run = repo.create_run(session, project.id, version, engine.name, engine.model_name,
-                              getattr(engine, "model_version", None), params, actor)
+        run = repo.create_run(
+            session,
+            project.id,
+            version,
+            engine.name,
+            engine.model_name,
+            getattr(engine, "model_version", None),
+            params,
+            actor,
+        )
         repo.inherit_temperatures(session, run, actor)
         return run.id
 
 
-def prelabel(db: Database, project_name: str, engine: Engine, *, run_id: int | None = None,
-             only_unlabeled: bool = False, seed: int = 42, batch_items: int = DEFAULT_BATCH,
-             retries: int = DEFAULT_RETRIES, backoff_s: float = 0.5, actor: str = "system",
-             progress: Callable[[Progress], None] | None = None,
-             cancel: threading.Event | None = None, stop_after: int = DEFAULT_STOP_AFTER) -> RunReport:
+def prelabel(
+    db: Database,
+    project_name: str,
+    engine: Engine,
+    *,
+    run_id: int | None = None,
+    only_unlabeled: bool = False,
+    seed: int = 42,
+    batch_items: int = DEFAULT_BATCH,
+    retries: int = DEFAULT_RETRIES,
+    backoff_s: float = 0.5,
+    actor: str = "system",
+    progress: Callable[[Progress], None] | None = None,
+    cancel: threading.Event | None = None,
+    stop_after: int = DEFAULT_STOP_AFTER,
+) -> RunReport:
     """Run (or, given `run_id`, resume) a pre-label pass over a project's items."""
     if run_id is None:
         run_id = start_run(db, project_name, engine, only_unlabeled=only_unlabeled, seed=seed, actor=actor)
@@ -99,8 +125,10 @@ def prelabel(db: Database, project_name: str, engine: Engine, *, run_id: int | N
         project = repo.get_project(session, project_name)
         run = repo.get_run(session, run_id, project.id)
         if (run.engine, run.model_name) != (engine.name, engine.model_name):
-            raise repo.Conflict(f"run {run_id} was made with {run.engine} {run.model_name}; resume it with that "
-                                f"engine and model, or start a new run")
+            raise repo.Conflict(
+                f"run {run_id} was made with {run.engine} {run.model_name}; resume it with that "
+                f"engine and model, or start a new run"
+            )
         version = session.get(repo.SchemaVersion, run.schema_version_id)
         schema, question_rows = repo.version_schema(version)
         only_unlabeled, seed = run.params.get("only_unlabeled", False), run.params.get("seed", seed)
@@ -113,8 +141,9 @@ def prelabel(db: Database, project_name: str, engine: Engine, *, run_id: int | N
 
     started = time.perf_counter()
     done = failed = 0
-    reader = _Reader(db, project_id, run_id, only_unlabeled, (schema, engine, seed, retries, backoff_s, stop_after),
-                     batch_items)
+    reader = _Reader(
+        db, project_id, run_id, only_unlabeled, (schema, engine, seed, retries, backoff_s, stop_after), batch_items
+    )
     status, error = "running", None
     try:
         while status == "running":
@@ -157,8 +186,7 @@ class _Reader:
     the caller's commits. The queue is bounded: a slow database holds the reads back.
     """
 
-    def __init__(self, db: Database, project_id: int, run_id: int, only_unlabeled: bool, reading: tuple,
-                 page: int):
+    def __init__(self, db: Database, project_id: int, run_id: int, only_unlabeled: bool, reading: tuple, page: int):
         self.results: queue.Queue = queue.Queue(maxsize=4 * page)
         self._stopped = threading.Event()
         self._fed: deque[tuple[int, Any]] = deque()  # handed to the engine, not answered yet
@@ -216,8 +244,11 @@ class _Reader:
                 for decision in read_many(schema, items, engine, seed=seed):
                     item_id, _ = self._fed.popleft()
                     timing = decision.diagnostics.get("timing", {})
-                    latency = 1000 * (timing.get("build_s", 0) + timing.get("read_s", 0)) / max(
-                        1, timing.get("batch_items", 1))
+                    latency = (
+                        1000
+                        * (timing.get("build_s", 0) + timing.get("read_s", 0))
+                        / max(1, timing.get("batch_items", 1))
+                    )
                     failed_in_a_row = 0
                     if not self._put("read", (item_id, decision, None, 1, latency)):
                         break
@@ -236,13 +267,16 @@ class _Reader:
                 failed_in_a_row = failed_in_a_row + 1 if result[1] is None else 0
                 self._put("read", result)
                 if failed_in_a_row >= stop_after:
-                    return "stop", (f"stopped after {failed_in_a_row} items in a row failed to read; the last "
-                                    f"error: {result[2]}. Fix the engine or server, then resume the run")
+                    return "stop", (
+                        f"stopped after {failed_in_a_row} items in a row failed to read; the last "
+                        f"error: {result[2]}. Fix the engine or server, then resume the run"
+                    )
         return "stopped", None
 
 
-def _read_one(schema: Schema, item_id: int, state: Any, engine: Engine, seed: int, retries: int,
-              backoff_s: float) -> ReadResult:
+def _read_one(
+    schema: Schema, item_id: int, state: Any, engine: Engine, seed: int, retries: int, backoff_s: float
+) -> ReadResult:
     error = ""
     for attempt in range(1, retries + 1):
         started = time.perf_counter()
@@ -264,5 +298,6 @@ def _finish(db: Database, run_id: int, status: str, error: str | None, actor: st
         return repo.run_counts(session, run_id), repo.failed_reads(session, run_id)
 
     counts, failures = db.write(work)
-    return RunReport(run_id, status, counts.get("ok", 0), counts.get("failed", 0), time.perf_counter() - started,
-                     failures, error)
+    return RunReport(
+        run_id, status, counts.get("ok", 0), counts.get("failed", 0), time.perf_counter() - started, failures, error
+    )

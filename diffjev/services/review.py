@@ -20,13 +20,28 @@ def _pairs(db: Database, project_name: str) -> tuple[list[Any], dict[int, str]]:
     project_id, schema, rows, run_id = project_schema(db, project_name)
     key_of = {row: key for key, row in rows.items()}
     with db.read() as session:
-        query = (select(Response.item_id, Item.external_id, Response.question_id, Response.value, Response.annotator,
-                        Response.source, Response.suggestion_shown, Suggestion.answer, Suggestion.confidence)
-                 .join(Item, Item.id == Response.item_id)
-                 .outerjoin(Suggestion, (Suggestion.item_id == Response.item_id)
-                            & (Suggestion.question_id == Response.question_id) & (Suggestion.run_id == run_id))
-                 .where(Response.question_id.in_(list(key_of)), Response.status == "submitted")
-                 .order_by(Response.item_id))
+        query = (
+            select(
+                Response.item_id,
+                Item.external_id,
+                Response.question_id,
+                Response.value,
+                Response.annotator,
+                Response.source,
+                Response.suggestion_shown,
+                Suggestion.answer,
+                Suggestion.confidence,
+            )
+            .join(Item, Item.id == Response.item_id)
+            .outerjoin(
+                Suggestion,
+                (Suggestion.item_id == Response.item_id)
+                & (Suggestion.question_id == Response.question_id)
+                & (Suggestion.run_id == run_id),
+            )
+            .where(Response.question_id.in_(list(key_of)), Response.status == "submitted")
+            .order_by(Response.item_id)
+        )
         return list(session.execute(query)), key_of
 
 
@@ -38,13 +53,16 @@ def question_report(db: Database, project_name: str) -> list[dict[str, Any]]:
         shown = [p for p in mine if p.suggestion_shown]
         judged = [p for p in mine if p.answer is not None]
         blind = [p for p in judged if not p.suggestion_shown]
-        report.append({
-            "question": key, "answered": len(mine),
-            "acceptance": _rate(sum(p.source == "accepted" for p in shown), len(shown)),
-            "model accuracy": _rate(sum(p.answer == p.value for p in judged), len(judged)),
-            "blind answers": len(blind),
-            "blind accuracy": _rate(sum(p.answer == p.value for p in blind), len(blind)),
-        })
+        report.append(
+            {
+                "question": key,
+                "answered": len(mine),
+                "acceptance": _rate(sum(p.source == "accepted" for p in shown), len(shown)),
+                "model accuracy": _rate(sum(p.answer == p.value for p in judged), len(judged)),
+                "blind answers": len(blind),
+                "blind accuracy": _rate(sum(p.answer == p.value for p in blind), len(blind)),
+            }
+        )
     return report
 
 
@@ -53,11 +71,13 @@ def disagreements(db: Database, project_name: str, limit: int = 200) -> list[dic
     return [_row(p, key_of) for p in pairs if p.answer is not None and p.answer != p.value][:limit]
 
 
-def low_confidence_accepts(db: Database, project_name: str, below: float = LOW_CONFIDENCE,
-                           limit: int = 200) -> list[dict[str, Any]]:
+def low_confidence_accepts(
+    db: Database, project_name: str, below: float = LOW_CONFIDENCE, limit: int = 200
+) -> list[dict[str, Any]]:
     pairs, key_of = _pairs(db, project_name)
-    return [_row(p, key_of) for p in pairs if p.source == "accepted" and p.confidence is not None
-            and p.confidence < below][:limit]
+    return [
+        _row(p, key_of) for p in pairs if p.source == "accepted" and p.confidence is not None and p.confidence < below
+    ][:limit]
 
 
 def agreement(db: Database, project_name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -69,9 +89,13 @@ def agreement(db: Database, project_name: str) -> tuple[list[dict[str, Any]], li
 
     _, schema, rows, _ = project_schema(db, project_name)
     with db.read() as session:
-        answers = session.execute(select(Response.item_id, Response.question_id, Response.annotator, Response.value)
-                                  .where(Response.question_id.in_(list(rows.values())), Response.status == "submitted",
-                                         Response.value.is_not(None))).all()
+        answers = session.execute(
+            select(Response.item_id, Response.question_id, Response.annotator, Response.value).where(
+                Response.question_id.in_(list(rows.values())),
+                Response.status == "submitted",
+                Response.value.is_not(None),
+            )
+        ).all()
     table, differing = [], []
     for q in schema.questions:
         by_annotator: dict[str, dict[int, str]] = {}
@@ -87,11 +111,20 @@ def agreement(db: Database, project_name: str) -> tuple[list[dict[str, Any]], li
             y = [names.index(by_annotator[b][i]) for i in shared]
             weights = "quadratic" if q.kind == "score" else None
             kappa = cohen_kappa_score(x, y, weights=weights, labels=list(range(len(names))))
-            table.append({"question": q.id, "annotators": f"{a} / {b}", "items": len(shared),
-                          "agreement": _rate(sum(i == j for i, j in zip(x, y)), len(shared)),
-                          "kappa": None if kappa != kappa else round(float(kappa), 3)})
-            differing += [{"item": i, "question": q.id, a: by_annotator[a][i], b: by_annotator[b][i]}
-                          for i in shared if by_annotator[a][i] != by_annotator[b][i]]
+            table.append(
+                {
+                    "question": q.id,
+                    "annotators": f"{a} / {b}",
+                    "items": len(shared),
+                    "agreement": _rate(sum(i == j for i, j in zip(x, y)), len(shared)),
+                    "kappa": None if kappa != kappa else round(float(kappa), 3),
+                }
+            )
+            differing += [
+                {"item": i, "question": q.id, a: by_annotator[a][i], b: by_annotator[b][i]}
+                for i in shared
+                if by_annotator[a][i] != by_annotator[b][i]
+            ]
     return table, differing
 
 
@@ -110,9 +143,16 @@ def reopen(db: Database, project_name: str, item_id: int, question_key: str, val
 
 
 def _row(p: Any, key_of: dict[int, str]) -> dict[str, Any]:
-    return {"item": p.item_id, "external id": p.external_id, "question": key_of[p.question_id],
-            "model": p.answer, "confidence": round(p.confidence, 3) if p.confidence is not None else None,
-            "human": p.value, "annotator": p.annotator, "source": p.source}
+    return {
+        "item": p.item_id,
+        "external id": p.external_id,
+        "question": key_of[p.question_id],
+        "model": p.answer,
+        "confidence": round(p.confidence, 3) if p.confidence is not None else None,
+        "human": p.value,
+        "annotator": p.annotator,
+        "source": p.source,
+    }
 
 
 def _rate(hits: int, total: int) -> float | None:

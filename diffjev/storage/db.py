@@ -72,8 +72,9 @@ def make_engine(location: str | os.PathLike | None = None) -> Engine:
     if url.get_backend_name() == "sqlite":
         if url.database and url.database != ":memory:":
             Path(url.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
-                               **json_kwargs)
+        engine = create_engine(
+            url, connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}, **json_kwargs
+        )
         event.listen(engine, "connect", _sqlite_settings)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
@@ -129,7 +130,7 @@ class Database:
             except (OperationalError, IntegrityError) as exc:
                 if not lost_a_race(exc) or attempt == attempts - 1:
                     raise
-                time.sleep(0.05 * 2 ** attempt)
+                time.sleep(0.05 * 2**attempt)
         raise AssertionError("unreachable")
 
     def dispose(self) -> None:

@@ -11,8 +11,19 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, MetaData, String, Text, \
-    UniqueConstraint, text
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 # Stable constraint names, so migrations can refer to them on every database.
@@ -73,14 +84,16 @@ class SchemaVersion(Base):
     created_by: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
     project: Mapped[Project] = relationship(back_populates="versions")
-    members: Mapped[list["SchemaQuestion"]] = relationship(order_by="SchemaQuestion.position",
-                                                           cascade="all, delete-orphan")
+    members: Mapped[list["SchemaQuestion"]] = relationship(
+        order_by="SchemaQuestion.position", cascade="all, delete-orphan"
+    )
 
 
 class SchemaQuestion(Base):
     __tablename__ = "schema_questions"
-    schema_version_id: Mapped[int] = mapped_column(ForeignKey("schema_versions.id", ondelete="CASCADE"),
-                                                   primary_key=True)
+    schema_version_id: Mapped[int] = mapped_column(
+        ForeignKey("schema_versions.id", ondelete="CASCADE"), primary_key=True
+    )
     question_id: Mapped[int] = mapped_column(ForeignKey("questions.id"), primary_key=True)
     position: Mapped[int]
     question: Mapped[Question] = relationship()
@@ -92,8 +105,14 @@ class Item(Base):
         UniqueConstraint("project_id", "external_id"),
         # Items without an external id are told apart by their content. A partial index: the same
         # statement on SQLite and PostgreSQL.
-        Index("uq_items_project_id_content_hash_no_external_id", "project_id", "content_hash", unique=True,
-              sqlite_where=text("external_id IS NULL"), postgresql_where=text("external_id IS NULL")),
+        Index(
+            "uq_items_project_id_content_hash_no_external_id",
+            "project_id",
+            "content_hash",
+            unique=True,
+            sqlite_where=text("external_id IS NULL"),
+            postgresql_where=text("external_id IS NULL"),
+        ),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
     project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
@@ -146,17 +165,47 @@ class Suggestion(Base):
         # Partial on `is_open` so answered items cost nothing to skip. SQLite only uses a partial index
         # when the query repeats its condition as written, and SQLAlchemy writes a boolean test there as
         # `is_open = 1`; PostgreSQL has a real boolean. A test checks both plans use the index.
-        Index("ix_suggestions_queue_confidence", "run_id", "question_id", "confidence",
-              sqlite_where=text("is_open = 1"), postgresql_where=text("is_open")),
-        Index("ix_suggestions_queue_margin", "run_id", "question_id", "margin",
-              sqlite_where=text("is_open = 1"), postgresql_where=text("is_open")),
-        Index("ix_suggestions_queue_entropy", "run_id", "question_id", "entropy",
-              sqlite_where=text("is_open = 1"), postgresql_where=text("is_open")),
-        Index("ix_suggestions_queue_stderr", "run_id", "question_id", "stderr",
-              sqlite_where=text("is_open = 1"), postgresql_where=text("is_open")),
+        Index(
+            "ix_suggestions_queue_confidence",
+            "run_id",
+            "question_id",
+            "confidence",
+            sqlite_where=text("is_open = 1"),
+            postgresql_where=text("is_open"),
+        ),
+        Index(
+            "ix_suggestions_queue_margin",
+            "run_id",
+            "question_id",
+            "margin",
+            sqlite_where=text("is_open = 1"),
+            postgresql_where=text("is_open"),
+        ),
+        Index(
+            "ix_suggestions_queue_entropy",
+            "run_id",
+            "question_id",
+            "entropy",
+            sqlite_where=text("is_open = 1"),
+            postgresql_where=text("is_open"),
+        ),
+        Index(
+            "ix_suggestions_queue_stderr",
+            "run_id",
+            "question_id",
+            "stderr",
+            sqlite_where=text("is_open = 1"),
+            postgresql_where=text("is_open"),
+        ),
         # In item order: the "unlabeled in order" queue, and the random blind slice's seek.
-        Index("ix_suggestions_queue_item", "run_id", "question_id", "item_id",
-              sqlite_where=text("is_open = 1"), postgresql_where=text("is_open")),
+        Index(
+            "ix_suggestions_queue_item",
+            "run_id",
+            "question_id",
+            "item_id",
+            sqlite_where=text("is_open = 1"),
+            postgresql_where=text("is_open"),
+        ),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
@@ -183,9 +232,11 @@ class Response(Base):
     """A human's answer to one question for one item."""
 
     __tablename__ = "responses"
-    __table_args__ = (UniqueConstraint("item_id", "question_id", "annotator"),
-                      # covers "how many items are answered for this question", asked on every card
-                      Index("ix_responses_question_id_status_item_id", "question_id", "status", "item_id"))
+    __table_args__ = (
+        UniqueConstraint("item_id", "question_id", "annotator"),
+        # covers "how many items are answered for this question", asked on every card
+        Index("ix_responses_question_id_status_item_id", "question_id", "status", "item_id"),
+    )
     id: Mapped[int] = mapped_column(primary_key=True)
     item_id: Mapped[int] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"))
     question_id: Mapped[int] = mapped_column(ForeignKey("questions.id"), index=True)
@@ -221,8 +272,10 @@ class Lease(Base):
     the same item at once; an expired lease is free for anyone."""
 
     __tablename__ = "leases"
-    __table_args__ = (UniqueConstraint("item_id", "question_id"),
-                      Index("ix_leases_question_id_expires_at", "question_id", "expires_at"))
+    __table_args__ = (
+        UniqueConstraint("item_id", "question_id"),
+        Index("ix_leases_question_id_expires_at", "question_id", "expires_at"),
+    )
     id: Mapped[int] = mapped_column(primary_key=True)
     item_id: Mapped[int] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"))
     question_id: Mapped[int] = mapped_column(ForeignKey("questions.id", ondelete="CASCADE"))

@@ -14,8 +14,20 @@ from sqlalchemy.orm import Session, aliased
 
 from diffjev.decide import Decision
 from diffjev.schema import Schema, question_to_dict
-from diffjev.storage.models import Event, Item, ItemRead, Lease, Project, Question, Response, Run, \
-    SchemaQuestion, SchemaVersion, Suggestion, utcnow
+from diffjev.storage.models import (
+    Event,
+    Item,
+    ItemRead,
+    Lease,
+    Project,
+    Question,
+    Response,
+    Run,
+    SchemaQuestion,
+    SchemaVersion,
+    Suggestion,
+    utcnow,
+)
 
 QUEUE_ORDER = {
     "in_order": Suggestion.item_id.asc(),
@@ -38,20 +50,39 @@ def stable_hash(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-def log(session: Session, actor: str, kind: str, project_id: int | None, item_id: int | None = None,
-        question_id: int | None = None, **payload: Any) -> None:
-    session.execute(insert(Event).values(actor=actor, kind=kind, project_id=project_id, item_id=item_id,
-                                         question_id=question_id, payload=payload, at=utcnow()))
+def log(
+    session: Session,
+    actor: str,
+    kind: str,
+    project_id: int | None,
+    item_id: int | None = None,
+    question_id: int | None = None,
+    **payload: Any,
+) -> None:
+    session.execute(
+        insert(Event).values(
+            actor=actor,
+            kind=kind,
+            project_id=project_id,
+            item_id=item_id,
+            question_id=question_id,
+            payload=payload,
+            at=utcnow(),
+        )
+    )
 
 
 # Projects and schemas ---------------------------------------------------------------------------------
+
 
 def get_project(session: Session, name: str) -> Project:
     project = session.scalar(select(Project).where(Project.name == name))
     if project is None:
         names = session.scalars(select(Project.name).order_by(Project.name)).all()
-        raise NotFound(f"no project named {name!r}; the projects are: {', '.join(names) or 'none yet'}"
-                       + ("" if names else " (create one with `diffjev init`)"))
+        raise NotFound(
+            f"no project named {name!r}; the projects are: {', '.join(names) or 'none yet'}"
+            + ("" if names else " (create one with `diffjev init`)")
+        )
     return project
 
 
@@ -61,11 +92,14 @@ PROJECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,99}")
 def create_project(session: Session, name: str, schema: Schema, actor: str, text_field: str = "text") -> Project:
     # A project's name ends up in export file names: no slashes, no leading dot, nothing to escape a folder.
     if not isinstance(name, str) or not PROJECT_NAME.fullmatch(name):
-        raise Conflict(f"project name {name!r}: use letters, digits, spaces, '.', '_' or '-' (up to 100), "
-                       f"starting with a letter or digit")
+        raise Conflict(
+            f"project name {name!r}: use letters, digits, spaces, '.', '_' or '-' (up to 100), "
+            f"starting with a letter or digit"
+        )
     if session.scalar(select(Project.id).where(Project.name == name)) is not None:
-        raise Conflict(f"a project named {name!r} already exists; pick another name, or save a new schema "
-                         f"version to it")
+        raise Conflict(
+            f"a project named {name!r} already exists; pick another name, or save a new schema version to it"
+        )
     project = Project(name=name, text_field=text_field)
     session.add(project)
     session.flush()
@@ -74,8 +108,7 @@ def create_project(session: Session, name: str, schema: Schema, actor: str, text
     return project
 
 
-def set_members(session: Session, project_name: str, members: Sequence[str] | None,
-                actor: str) -> list[str] | None:
+def set_members(session: Session, project_name: str, members: Sequence[str] | None, actor: str) -> list[str] | None:
     """Restrict a project to the named users (None: open to every user who can log in); returns the
     members as stored."""
     project = get_project(session, project_name)
@@ -104,15 +137,22 @@ def save_schema(session: Session, project: Project, schema: Schema, actor: str) 
     current = latest_version(session, project.id)
     if current is not None and current.schema == schema.to_dict():
         return current
-    version = SchemaVersion(project_id=project.id, version=(current.version + 1) if current else 1,
-                            schema=schema.to_dict(), template_hash=stable_hash(schema.template.text),
-                            created_by=actor)
+    version = SchemaVersion(
+        project_id=project.id,
+        version=(current.version + 1) if current else 1,
+        schema=schema.to_dict(),
+        template_hash=stable_hash(schema.template.text),
+        created_by=actor,
+    )
     session.add(version)
     for position, q in enumerate(schema.questions):
         spec = question_to_dict(q)
         spec_hash = stable_hash(spec)
-        row = session.scalar(select(Question).where(Question.project_id == project.id, Question.key == q.id,
-                                                    Question.spec_hash == spec_hash))
+        row = session.scalar(
+            select(Question).where(
+                Question.project_id == project.id, Question.key == q.id, Question.spec_hash == spec_hash
+            )
+        )
         if row is None:
             row = Question(project_id=project.id, key=q.id, kind=q.kind, spec=spec, spec_hash=spec_hash)
             session.add(row)
@@ -124,8 +164,12 @@ def save_schema(session: Session, project: Project, schema: Schema, actor: str) 
 
 
 def latest_version(session: Session, project_id: int) -> SchemaVersion | None:
-    return session.scalar(select(SchemaVersion).where(SchemaVersion.project_id == project_id)
-                          .order_by(SchemaVersion.version.desc()).limit(1))
+    return session.scalar(
+        select(SchemaVersion)
+        .where(SchemaVersion.project_id == project_id)
+        .order_by(SchemaVersion.version.desc())
+        .limit(1)
+    )
 
 
 def version_schema(version: SchemaVersion) -> tuple[Schema, dict[str, int]]:
@@ -135,14 +179,31 @@ def version_schema(version: SchemaVersion) -> tuple[Schema, dict[str, int]]:
 
 # Items ------------------------------------------------------------------------------------------------
 
-def existing_keys(session: Session, project_id: int, external_ids: Sequence[str],
-                  content_hashes: Sequence[str]) -> tuple[set[str], set[str]]:
+
+def existing_keys(
+    session: Session, project_id: int, external_ids: Sequence[str], content_hashes: Sequence[str]
+) -> tuple[set[str], set[str]]:
     """Which of these external ids, and content hashes of items without one, are stored already."""
-    ids = set(session.scalars(select(Item.external_id).where(
-        Item.project_id == project_id, Item.external_id.in_(external_ids)))) if external_ids else set()
-    hashes = set(session.scalars(select(Item.content_hash).where(
-        Item.project_id == project_id, Item.external_id.is_(None), Item.content_hash.in_(content_hashes)))) \
-        if content_hashes else set()
+    ids = (
+        set(
+            session.scalars(
+                select(Item.external_id).where(Item.project_id == project_id, Item.external_id.in_(external_ids))
+            )
+        )
+        if external_ids
+        else set()
+    )
+    hashes = (
+        set(
+            session.scalars(
+                select(Item.content_hash).where(
+                    Item.project_id == project_id, Item.external_id.is_(None), Item.content_hash.in_(content_hashes)
+                )
+            )
+        )
+        if content_hashes
+        else set()
+    )
     return ids, hashes
 
 
@@ -155,8 +216,9 @@ def insert_items(session: Session, project_id: int, rows: Sequence[dict[str, Any
     if rows:
         now = utcnow()
         # Core insert on the session's connection: the ORM's bulk path costs more than SQLite here.
-        session.connection().execute(insert(Item.__table__),
-                                     [{**r, "project_id": project_id, "created_at": now} for r in rows])
+        session.connection().execute(
+            insert(Item.__table__), [{**r, "project_id": project_id, "created_at": now} for r in rows]
+        )
 
 
 def count_items(session: Session, project_id: int) -> int:
@@ -165,10 +227,27 @@ def count_items(session: Session, project_id: int) -> int:
 
 # Runs and suggestions ---------------------------------------------------------------------------------
 
-def create_run(session: Session, project_id: int, version: SchemaVersion, engine: str, model_name: str,
-               model_version: str | None, params: dict[str, Any], actor: str) -> Run:
-    run = Run(project_id=project_id, schema_version_id=version.id, engine=engine, model_name=model_name,
-              model_version=model_version, template_hash=version.template_hash, params=params, status="running")
+
+def create_run(
+    session: Session,
+    project_id: int,
+    version: SchemaVersion,
+    engine: str,
+    model_name: str,
+    model_version: str | None,
+    params: dict[str, Any],
+    actor: str,
+) -> Run:
+    run = Run(
+        project_id=project_id,
+        schema_version_id=version.id,
+        engine=engine,
+        model_name=model_name,
+        model_version=model_version,
+        template_hash=version.template_hash,
+        params=params,
+        status="running",
+    )
     session.add(run)
     session.flush()
     log(session, actor, "run.started", project_id, run_id=run.id, engine=engine, model=model_name)
@@ -209,8 +288,9 @@ def _pending(project_id: int, run_id: int, only_unlabeled: bool) -> list:
     return conditions
 
 
-def pending_item_ids(session: Session, project_id: int, run_id: int, after_id: int, limit: int,
-                     only_unlabeled: bool = False) -> list[int]:
+def pending_item_ids(
+    session: Session, project_id: int, run_id: int, after_id: int, limit: int, only_unlabeled: bool = False
+) -> list[int]:
     """Items this run has no successful read of yet, in id order, after `after_id`."""
     query = select(Item.id).where(Item.id > after_id, *_pending(project_id, run_id, only_unlabeled))
     return list(session.scalars(query.order_by(Item.id).limit(limit)))
@@ -226,8 +306,12 @@ def items_by_id(session: Session, ids: Sequence[int]) -> list[Item]:
     return [by_id[i] for i in ids]
 
 
-def store_reads(session: Session, run_id: int, question_rows: dict[str, int],
-                results: Sequence[tuple[int, Decision | None, str | None, int, float | None]]) -> None:
+def store_reads(
+    session: Session,
+    run_id: int,
+    question_rows: dict[str, int],
+    results: Sequence[tuple[int, Decision | None, str | None, int, float | None]],
+) -> None:
     """One batch of reads, in the caller's transaction: per item, its read row and its suggestions.
 
     `results` holds (item id, decision or None, error or None, attempts, latency ms). A failed read of
@@ -239,20 +323,42 @@ def store_reads(session: Session, run_id: int, question_rows: dict[str, int],
     now = utcnow()
     reads, suggestions = [], []
     for item_id, decision, error, attempts, latency in results:
-        reads.append({"run_id": run_id, "item_id": item_id, "status": "ok" if decision else "failed",
-                      "attempts": attempts, "error": error, "latency_ms": latency, "created_at": now,
-                      "diagnostics": decision.diagnostics if decision else None})
+        reads.append(
+            {
+                "run_id": run_id,
+                "item_id": item_id,
+                "status": "ok" if decision else "failed",
+                "attempts": attempts,
+                "error": error,
+                "latency_ms": latency,
+                "created_at": now,
+                "diagnostics": decision.diagnostics if decision else None,
+            }
+        )
         if decision is None:
             continue
         for key, answer in decision.answers.items():
             qid = question_rows[key]
-            suggestions.append({
-                "run_id": run_id, "item_id": item_id, "question_id": qid, "answer": answer.answer,
-                "distribution": answer.probabilities, "confidence": answer.confidence,
-                "full_vocab_confidence": answer.full_vocab_confidence, "entropy": answer.entropy,
-                "margin": answer.margin, "label_mass": answer.label_mass, "stderr": answer.stderr,
-                "agreement": answer.agreement, "draws": answer.draws, "value": answer.value,
-                "latency_ms": latency, "is_open": (item_id, qid) not in answered})
+            suggestions.append(
+                {
+                    "run_id": run_id,
+                    "item_id": item_id,
+                    "question_id": qid,
+                    "answer": answer.answer,
+                    "distribution": answer.probabilities,
+                    "confidence": answer.confidence,
+                    "full_vocab_confidence": answer.full_vocab_confidence,
+                    "entropy": answer.entropy,
+                    "margin": answer.margin,
+                    "label_mass": answer.label_mass,
+                    "stderr": answer.stderr,
+                    "agreement": answer.agreement,
+                    "draws": answer.draws,
+                    "value": answer.value,
+                    "latency_ms": latency,
+                    "is_open": (item_id, qid) not in answered,
+                }
+            )
     session.execute(insert(ItemRead), reads)
     if suggestions:
         session.execute(insert(Suggestion), suggestions)
@@ -265,29 +371,42 @@ def finish_run(session: Session, run_id: int, status: str, error: str | None, ac
 
 
 def run_counts(session: Session, run_id: int) -> dict[str, int]:
-    rows = session.execute(select(ItemRead.status, func.count()).where(ItemRead.run_id == run_id)
-                           .group_by(ItemRead.status)).all()
+    rows = session.execute(
+        select(ItemRead.status, func.count()).where(ItemRead.run_id == run_id).group_by(ItemRead.status)
+    ).all()
     return {status: n for status, n in rows}
 
 
 def failed_reads(session: Session, run_id: int, limit: int = 100) -> list[tuple[int, str | None, str]]:
     """(item id, external id, error) of the run's failed items."""
-    rows = session.execute(select(Item.id, Item.external_id, ItemRead.error).join(Item, Item.id == ItemRead.item_id)
-                           .where(ItemRead.run_id == run_id, ItemRead.status == "failed")
-                           .order_by(Item.id).limit(limit)).all()
+    rows = session.execute(
+        select(Item.id, Item.external_id, ItemRead.error)
+        .join(Item, Item.id == ItemRead.item_id)
+        .where(ItemRead.run_id == run_id, ItemRead.status == "failed")
+        .order_by(Item.id)
+        .limit(limit)
+    ).all()
     return [(i, e, err or "") for i, e, err in rows]
 
 
 # Queues -----------------------------------------------------------------------------------------------
 
-def next_in_queue(session: Session, run_id: int, question_id: int, strategy: str, exclude: Iterable[int] = (),
-                  start_at: int | None = None) -> int | None:
+
+def next_in_queue(
+    session: Session,
+    run_id: int,
+    question_id: int,
+    strategy: str,
+    exclude: Iterable[int] = (),
+    start_at: int | None = None,
+) -> int | None:
     """The next open item for one question of one run, by the strategy's order; with `start_at`, the
     first open item at or after that id (wrapping around), which is how a random pick stays an index seek."""
     if strategy not in QUEUE_ORDER:
         raise ValueError(f"unknown queue {strategy!r}; choose one of {', '.join(QUEUE_ORDER)}")
-    query = select(Suggestion.item_id).where(Suggestion.run_id == run_id, Suggestion.question_id == question_id,
-                                             Suggestion.is_open)
+    query = select(Suggestion.item_id).where(
+        Suggestion.run_id == run_id, Suggestion.question_id == question_id, Suggestion.is_open
+    )
     exclude = list(exclude)
     if exclude:
         query = query.where(Suggestion.item_id.not_in(exclude))
@@ -297,11 +416,15 @@ def next_in_queue(session: Session, run_id: int, question_id: int, strategy: str
     return session.scalar(query.order_by(QUEUE_ORDER[strategy], Suggestion.item_id).limit(1))
 
 
-def open_candidates(session: Session, run_id: int, question_id: int, strategy: str, exclude: Iterable[int],
-                    limit: int) -> list[tuple[int, str]]:
+def open_candidates(
+    session: Session, run_id: int, question_id: int, strategy: str, exclude: Iterable[int], limit: int
+) -> list[tuple[int, str]]:
     """(item id, text) of the first open items by a strategy's order."""
-    query = select(Suggestion.item_id, Item.text).join(Item, Item.id == Suggestion.item_id).where(
-        Suggestion.run_id == run_id, Suggestion.question_id == question_id, Suggestion.is_open)
+    query = (
+        select(Suggestion.item_id, Item.text)
+        .join(Item, Item.id == Suggestion.item_id)
+        .where(Suggestion.run_id == run_id, Suggestion.question_id == question_id, Suggestion.is_open)
+    )
     exclude = list(exclude)
     if exclude:
         query = query.where(Suggestion.item_id.not_in(exclude))
@@ -309,76 +432,128 @@ def open_candidates(session: Session, run_id: int, question_id: int, strategy: s
 
 
 def recent_texts(session: Session, question_id: int, annotator: str, limit: int) -> list[str]:
-    return list(session.scalars(select(Item.text).join(Response, Response.item_id == Item.id).where(
-        Response.question_id == question_id, Response.annotator == annotator).order_by(Response.updated_at.desc())
-        .limit(limit)))
+    return list(
+        session.scalars(
+            select(Item.text)
+            .join(Response, Response.item_id == Item.id)
+            .where(Response.question_id == question_id, Response.annotator == annotator)
+            .order_by(Response.updated_at.desc())
+            .limit(limit)
+        )
+    )
 
 
 def previous_run(session: Session, project_id: int, run_id: int) -> int | None:
-    return session.scalar(select(Run.id).where(Run.project_id == project_id, Run.id < run_id)
-                          .order_by(Run.id.desc()).limit(1))
+    return session.scalar(
+        select(Run.id).where(Run.project_id == project_id, Run.id < run_id).order_by(Run.id.desc()).limit(1)
+    )
 
 
-def next_run_disagreement(session: Session, run_id: int, other_run: int, question_id: int,
-                          exclude: Iterable[int]) -> int | None:
+def next_run_disagreement(
+    session: Session, run_id: int, other_run: int, question_id: int, exclude: Iterable[int]
+) -> int | None:
     """The least confident open item on which two runs give different answers."""
     other = aliased(Suggestion)
-    query = (select(Suggestion.item_id)
-             .join(other, (other.item_id == Suggestion.item_id) & (other.question_id == Suggestion.question_id)
-                   & (other.run_id == other_run))
-             .where(Suggestion.run_id == run_id, Suggestion.question_id == question_id, Suggestion.is_open,
-                    Suggestion.answer != other.answer))
+    query = (
+        select(Suggestion.item_id)
+        .join(
+            other,
+            (other.item_id == Suggestion.item_id)
+            & (other.question_id == Suggestion.question_id)
+            & (other.run_id == other_run),
+        )
+        .where(
+            Suggestion.run_id == run_id,
+            Suggestion.question_id == question_id,
+            Suggestion.is_open,
+            Suggestion.answer != other.answer,
+        )
+    )
     exclude = list(exclude)
     if exclude:
         query = query.where(Suggestion.item_id.not_in(exclude))
     return session.scalar(query.order_by(Suggestion.confidence, Suggestion.item_id).limit(1))
 
 
-def next_human_disagreement(session: Session, run_id: int, question_id: int, annotator: str,
-                            exclude: Iterable[int]) -> int | None:
+def next_human_disagreement(
+    session: Session, run_id: int, question_id: int, annotator: str, exclude: Iterable[int]
+) -> int | None:
     """An item another annotator answered differently from the model, that this annotator has not answered:
     a second opinion where the first human and the model disagree."""
     own = aliased(Response)
-    mine = select(own.id).where(own.item_id == Suggestion.item_id, own.question_id == question_id,
-                                own.annotator == annotator)
-    query = (select(Suggestion.item_id)
-             .join(Response, (Response.item_id == Suggestion.item_id) & (Response.question_id == Suggestion.question_id))
-             .where(Suggestion.run_id == run_id, Suggestion.question_id == question_id, Response.status == "submitted",
-                    Response.annotator != annotator, Response.value != Suggestion.answer, ~mine.exists()))
+    mine = select(own.id).where(
+        own.item_id == Suggestion.item_id, own.question_id == question_id, own.annotator == annotator
+    )
+    query = (
+        select(Suggestion.item_id)
+        .join(Response, (Response.item_id == Suggestion.item_id) & (Response.question_id == Suggestion.question_id))
+        .where(
+            Suggestion.run_id == run_id,
+            Suggestion.question_id == question_id,
+            Response.status == "submitted",
+            Response.annotator != annotator,
+            Response.value != Suggestion.answer,
+            ~mine.exists(),
+        )
+    )
     exclude = list(exclude)
     if exclude:
         query = query.where(Suggestion.item_id.not_in(exclude))
     return session.scalar(query.order_by(Suggestion.item_id).limit(1))
 
 
-def next_overlap(session: Session, project_id: int, question_id: int, annotator: str, share_percent: int,
-                 exclude: Iterable[int]) -> int | None:
+def next_overlap(
+    session: Session, project_id: int, question_id: int, annotator: str, share_percent: int, exclude: Iterable[int]
+) -> int | None:
     """An item in the double-annotation share (a fixed hash of its id below the share) that exactly one
     other annotator has answered and this one has not: the second answer for agreement."""
     own = aliased(Response)
-    mine = select(own.id).where(own.item_id == Response.item_id, own.question_id == question_id,
-                                own.annotator == annotator)
-    query = (select(Response.item_id)
-             .join(Item, Item.id == Response.item_id)
-             .where(Item.project_id == project_id, Response.question_id == question_id, Response.status == "submitted",
-                    Response.annotator != annotator, (Response.item_id * 7919) % 100 < share_percent, ~mine.exists())
-             .group_by(Response.item_id).having(func.count() == 1))
+    mine = select(own.id).where(
+        own.item_id == Response.item_id, own.question_id == question_id, own.annotator == annotator
+    )
+    query = (
+        select(Response.item_id)
+        .join(Item, Item.id == Response.item_id)
+        .where(
+            Item.project_id == project_id,
+            Response.question_id == question_id,
+            Response.status == "submitted",
+            Response.annotator != annotator,
+            (Response.item_id * 7919) % 100 < share_percent,
+            ~mine.exists(),
+        )
+        .group_by(Response.item_id)
+        .having(func.count() == 1)
+    )
     exclude = list(exclude)
     if exclude:
         query = query.where(Response.item_id.not_in(exclude))
     return session.scalar(query.order_by(Response.item_id).limit(1))
 
 
-def next_changed_since_seen(session: Session, run_id: int, question_id: int, since, exclude: Iterable[int]) -> int | None:
+def next_changed_since_seen(
+    session: Session, run_id: int, question_id: int, since, exclude: Iterable[int]
+) -> int | None:
     """An answered item whose suggestion in this run differs from the one the human saw, not looked at
     again since this run started: a second look after a new run."""
     seen = aliased(Suggestion)
-    query = (select(Response.item_id)
-             .join(seen, seen.id == Response.suggestion_id)
-             .join(Suggestion, (Suggestion.item_id == Response.item_id)
-                   & (Suggestion.question_id == Response.question_id) & (Suggestion.run_id == run_id))
-             .where(Response.question_id == question_id, Response.status == "submitted", seen.run_id != run_id,
-                    seen.answer != Suggestion.answer, Response.updated_at < since))
+    query = (
+        select(Response.item_id)
+        .join(seen, seen.id == Response.suggestion_id)
+        .join(
+            Suggestion,
+            (Suggestion.item_id == Response.item_id)
+            & (Suggestion.question_id == Response.question_id)
+            & (Suggestion.run_id == run_id),
+        )
+        .where(
+            Response.question_id == question_id,
+            Response.status == "submitted",
+            seen.run_id != run_id,
+            seen.answer != Suggestion.answer,
+            Response.updated_at < since,
+        )
+    )
     exclude = list(exclude)
     if exclude:
         query = query.where(Response.item_id.not_in(exclude))
@@ -392,8 +567,9 @@ def item_id_range(session: Session, project_id: int) -> tuple[int, int] | None:
 
 def next_unlabeled_item(session: Session, project_id: int, question_id: int, exclude: Iterable[int] = ()) -> int | None:
     """Without a run, the first item in id order that nobody has answered for this question."""
-    answered = select(Response.id).where(Response.item_id == Item.id, Response.question_id == question_id,
-                                         Response.status == "submitted")
+    answered = select(Response.id).where(
+        Response.item_id == Item.id, Response.question_id == question_id, Response.status == "submitted"
+    )
     query = select(Item.id).where(Item.project_id == project_id, ~answered.exists())
     exclude = list(exclude)
     if exclude:
@@ -403,9 +579,11 @@ def next_unlabeled_item(session: Session, project_id: int, question_id: int, exc
 
 def kept_temperature(session: Session, run_id: int, question_id: int) -> float | None:
     """The latest temperature kept for a run and question (a `calibration.fitted` event), if any."""
-    for payload in session.scalars(select(Event.payload).where(Event.kind == "calibration.fitted",
-                                                               Event.question_id == question_id)
-                                   .order_by(Event.id.desc())):
+    for payload in session.scalars(
+        select(Event.payload)
+        .where(Event.kind == "calibration.fitted", Event.question_id == question_id)
+        .order_by(Event.id.desc())
+    ):
         if payload.get("run_id") == run_id:
             return float(payload["temperature"])
     return None
@@ -414,17 +592,33 @@ def kept_temperature(session: Session, run_id: int, question_id: int) -> float |
 def inherit_temperatures(session: Session, run: Run, actor: str) -> None:
     """A new run of the same engine and model keeps the temperatures fitted for the last such run, so its
     suggestions show calibrated from the start; refitting on its own answers replaces them."""
-    earlier = session.scalar(select(Run.id).where(Run.project_id == run.project_id, Run.id < run.id,
-                                                  Run.engine == run.engine, Run.model_name == run.model_name)
-                             .order_by(Run.id.desc()).limit(1))
+    earlier = session.scalar(
+        select(Run.id)
+        .where(
+            Run.project_id == run.project_id,
+            Run.id < run.id,
+            Run.engine == run.engine,
+            Run.model_name == run.model_name,
+        )
+        .order_by(Run.id.desc())
+        .limit(1)
+    )
     if earlier is None:
         return
     version = session.get(SchemaVersion, run.schema_version_id)
     for member in version.members:
         temperature = kept_temperature(session, earlier, member.question_id)
         if temperature is not None:
-            log(session, actor, "calibration.fitted", run.project_id, question_id=member.question_id, run_id=run.id,
-                temperature=temperature, inherited_from=earlier)
+            log(
+                session,
+                actor,
+                "calibration.fitted",
+                run.project_id,
+                question_id=member.question_id,
+                run_id=run.id,
+                temperature=temperature,
+                inherited_from=earlier,
+            )
 
 
 # Leases -----------------------------------------------------------------------------------------------
@@ -437,8 +631,13 @@ TOMBSTONE_AGE = timedelta(minutes=1)
 
 
 def leased_by_others(session: Session, question_id: int, annotator: str, now) -> list[int]:
-    return list(session.scalars(select(Lease.item_id).where(Lease.question_id == question_id,
-                                                            Lease.annotator != annotator, Lease.expires_at > now)))
+    return list(
+        session.scalars(
+            select(Lease.item_id).where(
+                Lease.question_id == question_id, Lease.annotator != annotator, Lease.expires_at > now
+            )
+        )
+    )
 
 
 def take_lease(session: Session, item_id: int, question_id: int, annotator: str, until, picked_at) -> bool:
@@ -453,11 +652,14 @@ def take_lease(session: Session, item_id: int, question_id: int, annotator: str,
     mine = (Lease.question_id == question_id) & (Lease.annotator == annotator) & (Lease.item_id != item_id)
     session.execute(delete(Lease).where(mine, Lease.expires_at < now - TOMBSTONE_AGE))
     session.execute(update(Lease).where(mine, Lease.expires_at > now).values(expires_at=now))
-    claim = _dialect_insert(session)(Lease).values(item_id=item_id, question_id=question_id, annotator=annotator,
-                                                   expires_at=until)
+    claim = _dialect_insert(session)(Lease).values(
+        item_id=item_id, question_id=question_id, annotator=annotator, expires_at=until
+    )
     claim = claim.on_conflict_do_update(
-        index_elements=[Lease.item_id, Lease.question_id], set_={"annotator": annotator, "expires_at": until},
-        where=(Lease.annotator == annotator) | (Lease.expires_at <= picked_at))
+        index_elements=[Lease.item_id, Lease.question_id],
+        set_={"annotator": annotator, "expires_at": until},
+        where=(Lease.annotator == annotator) | (Lease.expires_at <= picked_at),
+    )
     return session.scalar(claim.returning(Lease.id)) is not None
 
 
@@ -476,23 +678,44 @@ def _dialect_insert(session: Session):
 def release_lease(session: Session, item_id: int, question_id: int, annotator: str) -> None:
     """End the annotator's lease on an item now (see the section's note on why the row stays)."""
     now = utcnow()
-    session.execute(update(Lease).where(Lease.item_id == item_id, Lease.question_id == question_id,
-                                        Lease.annotator == annotator, Lease.expires_at > now).values(expires_at=now))
+    session.execute(
+        update(Lease)
+        .where(
+            Lease.item_id == item_id,
+            Lease.question_id == question_id,
+            Lease.annotator == annotator,
+            Lease.expires_at > now,
+        )
+        .values(expires_at=now)
+    )
 
 
 # Responses --------------------------------------------------------------------------------------------
 
+
 def answered_pairs(session: Session, item_ids: Sequence[int], question_ids: Sequence[int]) -> set[tuple[int, int]]:
-    rows = session.execute(select(Response.item_id, Response.question_id).where(
-        Response.item_id.in_(item_ids), Response.question_id.in_(question_ids), Response.status == "submitted"))
+    rows = session.execute(
+        select(Response.item_id, Response.question_id).where(
+            Response.item_id.in_(item_ids), Response.question_id.in_(question_ids), Response.status == "submitted"
+        )
+    )
     return {(i, q) for i, q in rows}
 
 
 def refresh_open(session: Session, item_id: int, question_id: int) -> None:
-    answered = session.scalar(select(func.count()).select_from(Response).where(
-        Response.item_id == item_id, Response.question_id == question_id, Response.status == "submitted")) or 0
-    session.execute(update(Suggestion).where(Suggestion.item_id == item_id, Suggestion.question_id == question_id)
-                    .values(is_open=answered == 0))
+    answered = (
+        session.scalar(
+            select(func.count())
+            .select_from(Response)
+            .where(Response.item_id == item_id, Response.question_id == question_id, Response.status == "submitted")
+        )
+        or 0
+    )
+    session.execute(
+        update(Suggestion)
+        .where(Suggestion.item_id == item_id, Suggestion.question_id == question_id)
+        .values(is_open=answered == 0)
+    )
 
 
 @dataclass(frozen=True)
@@ -522,34 +745,57 @@ def respond(session: Session, r: ResponseInput, expected_revision: int | None = 
     # An answer joins an item and a question of one project: an id from another project is not found,
     # so no answer (and no event) ever lands across projects.
     project_id = session.scalar(select(Item.project_id).where(Item.id == r.item_id))
-    if project_id is None or project_id != session.scalar(select(Question.project_id)
-                                                          .where(Question.id == r.question_id)):
+    if project_id is None or project_id != session.scalar(
+        select(Question.project_id).where(Question.id == r.question_id)
+    ):
         raise NotFound(f"no item {r.item_id} in this project")
-    row = session.scalar(select(Response).where(Response.item_id == r.item_id, Response.question_id == r.question_id,
-                                                Response.annotator == r.annotator))
+    row = session.scalar(
+        select(Response).where(
+            Response.item_id == r.item_id, Response.question_id == r.question_id, Response.annotator == r.annotator
+        )
+    )
     before = None
     if row is None:
         row = Response(item_id=r.item_id, question_id=r.question_id, annotator=r.annotator, revision=1)
         session.add(row)
     else:
         if expected_revision is not None and row.revision != expected_revision:
-            raise StaleWrite(f"item {r.item_id}: the answer changed since it was loaded (revision {row.revision}, "
-                             f"expected {expected_revision}); reload the item")
+            raise StaleWrite(
+                f"item {r.item_id}: the answer changed since it was loaded (revision {row.revision}, "
+                f"expected {expected_revision}); reload the item"
+            )
         before = {"value": row.value, "status": row.status, "source": row.source}
         row.revision += 1
     row.value, row.source, row.status = r.value, r.source, r.status
     row.suggestion_id, row.suggestion_shown, row.seconds = r.suggestion_id, r.suggestion_shown, r.seconds
     row.updated_at = utcnow()
     session.flush()
-    log(session, r.annotator, f"response.{r.status}", project_id, r.item_id, r.question_id, response_id=row.id,
-        value=r.value, source=r.source, before=before, revision=row.revision)
+    log(
+        session,
+        r.annotator,
+        f"response.{r.status}",
+        project_id,
+        r.item_id,
+        r.question_id,
+        response_id=row.id,
+        value=r.value,
+        source=r.source,
+        before=before,
+        revision=row.revision,
+    )
     refresh_open(session, r.item_id, r.question_id)
     return row
 
 
 def answered_count(session: Session, question_id: int) -> int:
-    return session.scalar(select(func.count(func.distinct(Response.item_id))).where(
-        Response.question_id == question_id, Response.status == "submitted")) or 0
+    return (
+        session.scalar(
+            select(func.count(func.distinct(Response.item_id))).where(
+                Response.question_id == question_id, Response.status == "submitted"
+            )
+        )
+        or 0
+    )
 
 
 class StaleWrite(RuntimeError):
@@ -560,28 +806,41 @@ class StaleWrite(RuntimeError):
 
 # Plain rows through the session's connection, not ORM objects: an export reads millions of them.
 
-def export_page(session: Session, project_id: int, run_id: int | None, questions: Sequence[int], after_id: int,
-                limit: int, fields_as_text: bool) -> list[Any]:
+
+def export_page(
+    session: Session,
+    project_id: int,
+    run_id: int | None,
+    questions: Sequence[int],
+    after_id: int,
+    limit: int,
+    fields_as_text: bool,
+) -> list[Any]:
     """The next items in id order, each as one flat row: (id, external_id, text, fields), then per question
     the run's (answer, confidence, distribution as JSON text). `fields` comes as stored JSON text if
     asked, which spares decoding it for a file that holds it as text."""
-    query = select(Item.id, Item.external_id, Item.text, cast(Item.fields, Text) if fields_as_text else Item.fields) \
-        .where(Item.project_id == project_id, Item.id > after_id)
+    query = select(
+        Item.id, Item.external_id, Item.text, cast(Item.fields, Text) if fields_as_text else Item.fields
+    ).where(Item.project_id == project_id, Item.id > after_id)
     for question_id in questions:
         s = aliased(Suggestion)
-        query = query.outerjoin(s, and_(s.item_id == Item.id, s.run_id == run_id, s.question_id == question_id)) \
-            .add_columns(s.answer, s.confidence, cast(s.distribution, Text))
+        query = query.outerjoin(
+            s, and_(s.item_id == Item.id, s.run_id == run_id, s.question_id == question_id)
+        ).add_columns(s.answer, s.confidence, cast(s.distribution, Text))
     return list(session.connection().execute(query.order_by(Item.id).limit(limit)))
 
 
-def responses_for(session: Session, first_item: int, last_item: int, question_ids: Sequence[int],
-                  annotator: str | None = None) -> list[Any]:
+def responses_for(
+    session: Session, first_item: int, last_item: int, question_ids: Sequence[int], annotator: str | None = None
+) -> list[Any]:
     """(item_id, question_id, value, annotator, source) of submitted answers to these questions for items
     in an id range, oldest first. A range, not a list of ids: a page of ten thousand items stays one
     index range scan."""
-    query = select(Response.item_id, Response.question_id, Response.value, Response.annotator, Response.source) \
-        .where(Response.item_id.between(first_item, last_item), Response.question_id.in_(question_ids),
-               Response.status == "submitted")
+    query = select(Response.item_id, Response.question_id, Response.value, Response.annotator, Response.source).where(
+        Response.item_id.between(first_item, last_item),
+        Response.question_id.in_(question_ids),
+        Response.status == "submitted",
+    )
     if annotator is not None:
         query = query.where(Response.annotator == annotator)
     return list(session.connection().execute(query.order_by(Response.updated_at, Response.id)))
@@ -590,10 +849,19 @@ def responses_for(session: Session, first_item: int, last_item: int, question_id
 def project_stats(session: Session, project_id: int) -> dict[str, Any]:
     version = latest_version(session, project_id)
     question_ids = [m.question_id for m in version.members] if version else []
-    answered = session.execute(select(Response.question_id, func.count(func.distinct(Response.item_id))).where(
-        Response.question_id.in_(question_ids), Response.status == "submitted").group_by(Response.question_id)).all()
-    runs = session.execute(select(Run.id, Run.engine, Run.model_name, Run.status, Run.started_at)
-                           .where(Run.project_id == project_id).order_by(Run.id)).all()
-    return {"items": count_items(session, project_id), "schema_version": version.version if version else None,
-            "answered": {q: n for q, n in answered}, "runs": [dict(r._mapping) for r in runs]}
-
+    answered = session.execute(
+        select(Response.question_id, func.count(func.distinct(Response.item_id)))
+        .where(Response.question_id.in_(question_ids), Response.status == "submitted")
+        .group_by(Response.question_id)
+    ).all()
+    runs = session.execute(
+        select(Run.id, Run.engine, Run.model_name, Run.status, Run.started_at)
+        .where(Run.project_id == project_id)
+        .order_by(Run.id)
+    ).all()
+    return {
+        "items": count_items(session, project_id),
+        "schema_version": version.version if version else None,
+        "answered": {q: n for q, n in answered},
+        "runs": [dict(r._mapping) for r in runs],
+    }

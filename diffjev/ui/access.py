@@ -32,6 +32,7 @@ SESSION_MAX_AGE = 14 * 24 * 60 * 60  # Starlette's SessionMiddleware default, wh
 
 # Uploads --------------------------------------------------------------------------------------------------
 
+
 class NotAnUpload(ValueError):
     """A file value that is not a file the user uploaded through Gradio."""
 
@@ -53,6 +54,7 @@ def uploaded_file(value: Any) -> str:
 
 
 # Hugging Face sign-in -------------------------------------------------------------------------------------
+
 
 def hub_sign_in_configured() -> bool:
     """A Space with `hf_oauth: true` in its front matter sets OAUTH_CLIENT_ID: visitors sign in with Hugging Face."""
@@ -88,14 +90,22 @@ def signed_in_hub_user(connection: HTTPConnection) -> str | None:
 
 # The gate ---------------------------------------------------------------------------------------------------
 
+
 class AccessGate:
     """ASGI middleware: every request of a signed-in user is checked against the project's members.
 
     `password_user` resolves a password login (Gradio's session token); with `hub_sign_in`, visitors must
     be signed in with Hugging Face on every route but the sign-in's own."""
 
-    def __init__(self, app: Any, *, project: str, may_use: Callable[[str], bool],
-                 password_user: Callable[[HTTPConnection], str | None] | None = None, hub_sign_in: bool = False):
+    def __init__(
+        self,
+        app: Any,
+        *,
+        project: str,
+        may_use: Callable[[str], bool],
+        password_user: Callable[[HTTPConnection], str | None] | None = None,
+        hub_sign_in: bool = False,
+    ):
         self.app, self.project, self.may_use = app, project, may_use
         self.password_user, self.hub_sign_in = password_user, hub_sign_in
 
@@ -114,10 +124,17 @@ class AccessGate:
         elif self.password_user is not None:
             user = self.password_user(connection)
         if user is not None and not self.may_use(user):
-            log.warning("refused %s %s: %r is not a member of project %r", scope.get("method", "WS"), path, user,
-                        self.project)
-            await self._refuse(scope, receive, send, 403, not_a_member_page(user, self.project),
-                               f"{user} is not a member of project {self.project}")
+            log.warning(
+                "refused %s %s: %r is not a member of project %r", scope.get("method", "WS"), path, user, self.project
+            )
+            await self._refuse(
+                scope,
+                receive,
+                send,
+                403,
+                not_a_member_page(user, self.project),
+                f"{user} is not a member of project {self.project}",
+            )
             return
         await self.app(scope, receive, send)
 
@@ -132,14 +149,18 @@ class AccessGate:
 
 
 def sign_in_page() -> str:
-    return ("<!doctype html><title>diffjev</title><main style='font-family:sans-serif;max-width:36em;margin:4em auto'>"
-            "<h1>diffjev</h1><p>This studio is for signed-in Hugging Face users.</p>"
-            "<p><a href='/login/huggingface'>Sign in with Hugging Face</a></p></main>")
+    return (
+        "<!doctype html><title>diffjev</title><main style='font-family:sans-serif;max-width:36em;margin:4em auto'>"
+        "<h1>diffjev</h1><p>This studio is for signed-in Hugging Face users.</p>"
+        "<p><a href='/login/huggingface'>Sign in with Hugging Face</a></p></main>"
+    )
 
 
 def not_a_member_page(user: str, project: str) -> str:
-    return ("<!doctype html><title>diffjev</title><main style='font-family:sans-serif;max-width:36em;margin:4em auto'>"
-            f"<h1>diffjev</h1><p>You are signed in as <b>{html.escape(user)}</b>, who is not a member of the "
-            f"project <b>{html.escape(project)}</b>.</p><p>Ask its owner to add you "
-            f"(<code>diffjev members --project {html.escape(project)} ...</code>).</p>"
-            "<p><a href='/logout'>Sign out</a></p></main>")
+    return (
+        "<!doctype html><title>diffjev</title><main style='font-family:sans-serif;max-width:36em;margin:4em auto'>"
+        f"<h1>diffjev</h1><p>You are signed in as <b>{html.escape(user)}</b>, who is not a member of the "
+        f"project <b>{html.escape(project)}</b>.</p><p>Ask its owner to add you "
+        f"(<code>diffjev members --project {html.escape(project)} ...</code>).</p>"
+        "<p><a href='/logout'>Sign out</a></p></main>"
+    )

@@ -17,12 +17,19 @@ from diffjev.ui.context import Studio
 
 MAX_KEYS = 9
 HELP = "**Keys:** Enter or A accept the model's answer · 1–9 pick an answer · S skip · U undo"
-QUEUES = {"Unlabeled, in order": "in_order", "Least confidence first": "least_confidence",
-          "Smallest margin first": "margin", "Highest entropy first": "entropy",
-          "Most unstable across reads (stderr)": "stderr", "Uncertain, spread over topics": "diverse",
-          "Runs disagree": "run_disagreement", "Second opinion (model and first annotator disagree)": "second_opinion",
-          "Double annotation (agreement share)": "overlap",
-          "Changed since answered (after a new run)": "changed", "Blind slice (suggestion hidden)": "blind"}
+QUEUES = {
+    "Unlabeled, in order": "in_order",
+    "Least confidence first": "least_confidence",
+    "Smallest margin first": "margin",
+    "Highest entropy first": "entropy",
+    "Most unstable across reads (stderr)": "stderr",
+    "Uncertain, spread over topics": "diverse",
+    "Runs disagree": "run_disagreement",
+    "Second opinion (model and first annotator disagree)": "second_opinion",
+    "Double annotation (agreement share)": "overlap",
+    "Changed since answered (after a new run)": "changed",
+    "Blind slice (suggestion hidden)": "blind",
+}
 
 # Keyboard shortcuts: Gradio has none built in, so a small script clicks the tab's buttons by id. Keys
 # are ignored while typing in a field, and act only while the Annotate tab is on screen.
@@ -64,12 +71,16 @@ def instructions_html(text: str) -> str:
 
 def item_html(card: annotation.Card) -> str:
     """The item as text: every character escaped, so markup in an item is shown, never run."""
-    fields = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>"
-                     for k, v in card.fields.items())
+    fields = "".join(
+        f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in card.fields.items()
+    )
     ident = html.escape(card.external_id or str(card.item_id))
-    return (f"<div class='dj-item'><div class='dj-id'>item {ident}</div>"
-            f"<div class='dj-text'>{html.escape(card.text)}</div>"
-            + (f"<table class='dj-fields'>{fields}</table>" if fields else "") + "</div>")
+    return (
+        f"<div class='dj-item'><div class='dj-id'>item {ident}</div>"
+        f"<div class='dj-text'>{html.escape(card.text)}</div>"
+        + (f"<table class='dj-fields'>{fields}</table>" if fields else "")
+        + "</div>"
+    )
 
 
 def build(studio: Studio) -> None:
@@ -102,8 +113,17 @@ def build(studio: Studio) -> None:
     def show(card: annotation.Card | None, strategy: str, note: str = "") -> tuple:
         if card is None:
             empty = "**Nothing left in this queue.** " + note
-            return (None, empty, "", "", None, "", gr.update(interactive=False),
-                    *[gr.update(visible=False) for _ in picks], gr.update(choices=[], value=None))
+            return (
+                None,
+                empty,
+                "",
+                "",
+                None,
+                "",
+                gr.update(interactive=False),
+                *[gr.update(visible=False) for _ in picks],
+                gr.update(choices=[], value=None),
+            )
         done, total = annotation.progress(studio.db, card.project_id, card.question_row)
         line = f"{done} of {total} items answered for **{card.question.id}**, {total - done} to go. {note}"
         s = card.suggestion
@@ -118,13 +138,25 @@ def build(studio: Studio) -> None:
                 text += f"; calibrated confidence {s['calibrated']:.2f}"
         if card.current is not None:
             text += f"  \nYour current answer: **{html.escape(card.current)}**"
-        pick_updates = [gr.update(visible=i < len(card.question.names),
-                                  value=f"{i + 1} {card.question.names[i]}" if i < len(card.question.names) else "")
-                        for i in range(MAX_KEYS)]
+        pick_updates = [
+            gr.update(
+                visible=i < len(card.question.names),
+                value=f"{i + 1} {card.question.names[i]}" if i < len(card.question.names) else "",
+            )
+            for i in range(MAX_KEYS)
+        ]
         session = {"card": card, "shown_at": time.monotonic(), "strategy": strategy}
-        return (session, line, item_html(card), instructions_html(card.question.instructions), label, text,
-                gr.update(interactive=s is not None), *pick_updates,
-                gr.update(choices=list(card.question.names), value=None))
+        return (
+            session,
+            line,
+            item_html(card),
+            instructions_html(card.question.instructions),
+            label,
+            text,
+            gr.update(interactive=s is not None),
+            *pick_updates,
+            gr.update(choices=list(card.question.names), value=None),
+        )
 
     def start_queue(key: str, queue_name: str, request: gr.Request) -> tuple:
         strategy = QUEUES[queue_name]
@@ -141,8 +173,14 @@ def build(studio: Studio) -> None:
         who = studio.annotator(request)
         seconds = time.monotonic() - session["shown_at"]
         annotation.answer(studio.db, card, who, value, seconds, status)
-        following = annotation.next_card(studio.db, studio.project, card.question.id, strategy, who,
-                                         skip_item=card.item_id if status == "skipped" else None)
+        following = annotation.next_card(
+            studio.db,
+            studio.project,
+            card.question.id,
+            strategy,
+            who,
+            skip_item=card.item_id if status == "skipped" else None,
+        )
         return show(following, strategy, note=f"Saved {html.escape(value or 'skip')} for the last item.")
 
     def accept_answer(session: dict | None, request: gr.Request) -> tuple:
@@ -160,14 +198,23 @@ def build(studio: Studio) -> None:
             return show(session["card"] if session else None, strategy, note="Nothing to undo.")
         item_id, row = back
         key = next(k for k, r in rows.items() if r == row)
-        card = annotation.load_card(studio.db, project_id, item_id, schema.question(key), row, run_id, who,
-                                    blind=session["card"].blind if session else False)
+        card = annotation.load_card(
+            studio.db,
+            project_id,
+            item_id,
+            schema.question(key),
+            row,
+            run_id,
+            who,
+            blind=session["card"].blind if session else False,
+        )
         return show(card, strategy, note="Undone: the last answer is back for another look.")
 
     def picker(k: int):
         def pick(session: dict | None, request: gr.Request) -> tuple:
             names = session["card"].question.names if session else ()
             return respond(session, names[k] if k < len(names) else None, "submitted", request)
+
         return pick
 
     def give_answer(session: dict | None, value: str | None, request: gr.Request) -> tuple:

@@ -41,10 +41,13 @@ def _source(studio: Studio, upload: Any, dataset_name: str) -> Any:
 
 def build_import(studio: Studio) -> None:
     with gr.Row():
-        upload = gr.File(label="CSV, JSONL or Parquet", file_types=[".csv", ".jsonl", ".json", ".parquet"],
-                         elem_id="import-file")
-        dataset = gr.Textbox(label="…or a Hugging Face dataset (a Hub name, or a save_to_disk folder in the import "
-                                   "folder)", elem_id="import-hf")
+        upload = gr.File(
+            label="CSV, JSONL or Parquet", file_types=[".csv", ".jsonl", ".json", ".parquet"], elem_id="import-file"
+        )
+        dataset = gr.Textbox(
+            label="…or a Hugging Face dataset (a Hub name, or a save_to_disk folder in the import folder)",
+            elem_id="import-hf",
+        )
     look = gr.Button("Preview", elem_id="import-preview")
     preview = gr.Dataframe(label="First rows", interactive=False, elem_id="import-table")
     with gr.Row():
@@ -62,15 +65,26 @@ def build_import(studio: Studio) -> None:
         text = next((c for c in columns if c.lower() in ("text", "body", "content", "message")), columns[0])
         ident = next((c for c in columns if c.lower() in ("id", "external_id", "uid")), None)
         others = [c for c in columns if c not in (text, ident)]
-        return (pd.DataFrame(rows, columns=columns), gr.update(choices=columns, value=text),
-                gr.update(choices=[""] + columns, value=ident or ""), gr.update(choices=columns, value=others))
+        return (
+            pd.DataFrame(rows, columns=columns),
+            gr.update(choices=columns, value=text),
+            gr.update(choices=[""] + columns, value=ident or ""),
+            gr.update(choices=columns, value=others),
+        )
 
-    def run(upload: Any, dataset_name: str, text: str, ident: str, context_columns: list[str],
-            request: gr.Request) -> str:
+    def run(
+        upload: Any, dataset_name: str, text: str, ident: str, context_columns: list[str], request: gr.Request
+    ) -> str:
         try:
-            result = import_items(studio.db, studio.project, _source(studio, upload, dataset_name),
-                                  text_field=text or None, id_field=ident or None, context_fields=context_columns,
-                                  actor=studio.annotator(request))
+            result = import_items(
+                studio.db,
+                studio.project,
+                _source(studio, upload, dataset_name),
+                text_field=text or None,
+                id_field=ident or None,
+                context_fields=context_columns,
+                actor=studio.annotator(request),
+            )
         except SourceError as exc:
             return f"⚠️ {html.escape(str(exc))}"
         lines = [f"**Imported {result.imported}**, duplicates {result.duplicates}, rejected {result.rejected}."]
@@ -87,17 +101,26 @@ CONFIGURED = "the studio's engine"
 
 
 def build_prelabel(studio: Studio) -> None:
-    gr.Markdown(f"The studio's engine: **{html.escape(studio.chosen.description)}**. Another engine can "
-                "make a run too, to compare them in Review.")
+    gr.Markdown(
+        f"The studio's engine: **{html.escape(studio.chosen.description)}**. Another engine can "
+        "make a run too, to compare them in Review."
+    )
     with gr.Row():
-        kind = gr.Dropdown([CONFIGURED, *[k for k in ENGINE_CHOICES if k != "auto"]], value=CONFIGURED,
-                           label="Engine", elem_id="prelabel-engine")
-        url = gr.Textbox(label="Server URL (vllm, jev): the studio's own or one in DIFFJEV_ENGINE_URLS",
-                         elem_id="prelabel-url")
-        model = gr.Textbox(label="Model (served name, Hub name, or a folder in DIFFJEV_MODEL_DIR)",
-                           elem_id="prelabel-model")
-    which = gr.Radio(["All items", "Only items nobody has answered"], value="All items", label="Items",
-                     elem_id="prelabel-which")
+        kind = gr.Dropdown(
+            [CONFIGURED, *[k for k in ENGINE_CHOICES if k != "auto"]],
+            value=CONFIGURED,
+            label="Engine",
+            elem_id="prelabel-engine",
+        )
+        url = gr.Textbox(
+            label="Server URL (vllm, jev): the studio's own or one in DIFFJEV_ENGINE_URLS", elem_id="prelabel-url"
+        )
+        model = gr.Textbox(
+            label="Model (served name, Hub name, or a folder in DIFFJEV_MODEL_DIR)", elem_id="prelabel-model"
+        )
+    which = gr.Radio(
+        ["All items", "Only items nobody has answered"], value="All items", label="Items", elem_id="prelabel-which"
+    )
     with gr.Row():
         start = gr.Button("Start pre-labeling", variant="primary", elem_id="prelabel-start")
         stop = gr.Button("Cancel", elem_id="prelabel-cancel")
@@ -108,14 +131,20 @@ def build_prelabel(studio: Studio) -> None:
         if kind_name == CONFIGURED:
             return studio.chosen.engine
         try:  # the server makes the requests and loads the model: only what the operator allowed
-            choice = studio_engine_choice(kind_name, server.strip(), model_name.strip(),
-                                          allowed_urls=studio.engine_urls, model_dir=studio.model_dir)
+            choice = studio_engine_choice(
+                kind_name,
+                server.strip(),
+                model_name.strip(),
+                allowed_urls=studio.engine_urls,
+                model_dir=studio.model_dir,
+            )
             return choose_engine(choice).engine
         except (EngineError, ModelLoadError) as exc:
             raise gr.Error(str(exc)) from None
 
-    def run(kind_name: str, server: str, model_name: str, which_items: str, request: gr.Request,
-            progress=gr.Progress()) -> tuple[str, Any]:
+    def run(
+        kind_name: str, server: str, model_name: str, which_items: str, request: gr.Request, progress=gr.Progress()
+    ) -> tuple[str, Any]:
         engine = engine_for(kind_name, server, model_name)
         cancel = studio.cancels[studio.project] = threading.Event()
 
@@ -124,14 +153,22 @@ def build_prelabel(studio: Studio) -> None:
             progress((p.done, p.total), desc=f"{p.items_per_s:.1f} items/s{eta}")
 
         try:
-            result = prelabel(studio.db, studio.project, engine,
-                              only_unlabeled=which_items.startswith("Only"), actor=studio.annotator(request),
-                              progress=show, cancel=cancel)
+            result = prelabel(
+                studio.db,
+                studio.project,
+                engine,
+                only_unlabeled=which_items.startswith("Only"),
+                actor=studio.annotator(request),
+                progress=show,
+                cancel=cancel,
+            )
         finally:
             if engine is not studio.chosen.engine:  # made for this run: release its connections
                 engine.close()
-        text = (f"Run {result.run_id} **{result.status}**: {result.read} items read, {result.failed} failed, "
-                f"{result.seconds:.1f} s." + (f" {html.escape(result.error)}" if result.error else ""))
+        text = (
+            f"Run {result.run_id} **{result.status}**: {result.read} items read, {result.failed} failed, "
+            f"{result.seconds:.1f} s." + (f" {html.escape(result.error)}" if result.error else "")
+        )
         return text, pd.DataFrame(result.failures, columns=["item", "external id", "error"])
 
     def cancel_run() -> str:
@@ -158,8 +195,15 @@ def build_export(studio: Studio) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         target = studio.export_target(f"{studio.project}-{stamp}.{fmt_name}")
         try:
-            count = export_project(studio.db, studio.project, target, fmt_name, annotator=who.strip() or None,
-                                   reviewed_only=reviewed_only, actor=studio.annotator(request))
+            count = export_project(
+                studio.db,
+                studio.project,
+                target,
+                fmt_name,
+                annotator=who.strip() or None,
+                reviewed_only=reviewed_only,
+                actor=studio.annotator(request),
+            )
         except (SourceError, ExportError, repo.NotFound) as exc:
             return f"⚠️ {html.escape(str(exc))}", gr.update(visible=False)
         if fmt_name == "hf":  # a dataset is a folder: hand it over as one zip

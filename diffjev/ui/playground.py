@@ -27,11 +27,14 @@ def distribution_html(decision: Decision) -> str:
         bars = "".join(
             f"<div class='dj-row'><span class='dj-name'>{html.escape(name)}</span>"
             f"<span class='dj-bar' style='width:{100 * p:.1f}%'></span><span>{p:.3f}</span></div>"
-            for name, p in sorted(answer.probabilities.items(), key=lambda kv: -kv[1]))
+            for name, p in sorted(answer.probabilities.items(), key=lambda kv: -kv[1])
+        )
         spread = f", ± {answer.stderr:.3f} over {answer.draws} draws" if answer.stderr is not None else ""
-        rows.append(f"<div class='dj-q'><b>{html.escape(qid)}</b>: {html.escape(answer.answer)} "
-                    f"(confidence {answer.confidence:.3f}{spread}; label mass {answer.label_mass:.3g})"
-                    f"{bars}</div>")
+        rows.append(
+            f"<div class='dj-q'><b>{html.escape(qid)}</b>: {html.escape(answer.answer)} "
+            f"(confidence {answer.confidence:.3f}{spread}; label mass {answer.label_mass:.3g})"
+            f"{bars}</div>"
+        )
     return "".join(rows)
 
 
@@ -63,13 +66,17 @@ def build(chosen: ChosenEngine) -> None:
             return "", None, f"**Read failed:** {html.escape(str(exc))}"
         timing = decision.diagnostics.get("timing", {})
         seconds = sum(v for k, v in timing.items() if k.endswith("_s"))
-        return distribution_html(decision), decision.to_jev(), \
-            f"{decision.diagnostics.get('draws', 1)} draw(s), {seconds * 1000:.0f} ms"
+        return (
+            distribution_html(decision),
+            decision.to_jev(),
+            f"{decision.diagnostics.get('draws', 1)} draw(s), {seconds * 1000:.0f} ms",
+        )
 
     with gr.Row():
         with gr.Column():
-            schema_box = gr.Code(json.dumps(DEMO_SCHEMA, indent=2), language="json", label="Schema",
-                                 elem_id="try-schema")
+            schema_box = gr.Code(
+                json.dumps(DEMO_SCHEMA, indent=2), language="json", label="Schema", elem_id="try-schema"
+            )
             state_box = gr.Textbox(DEMO_STATE, lines=4, label="Item (text or JSON)", elem_id="try-state")
             go = gr.Button("Read", variant="primary", elem_id="try-read")
         with gr.Column():

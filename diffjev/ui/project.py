@@ -47,24 +47,35 @@ def canvas_preview(builder: CanvasBuilder, schema: Schema) -> str:
             chips.append(f"<span class='dj-tok'>{html.escape(tokenizer.decode([tid]))}</span>")
     slots = "".join(
         f"<li><b>{html.escape(q.id)}</b>: position {canvas.slots[q.id]}, label tokens "
-        + ", ".join(f"<code>{html.escape(label)}</code> = {tid}" for label, tid in zip(q.labels, canvas.label_ids[q.id]))
-        + "</li>" for q in schema.questions)
+        + ", ".join(
+            f"<code>{html.escape(label)}</code> = {tid}" for label, tid in zip(q.labels, canvas.label_ids[q.id])
+        )
+        + "</li>"
+        for q in schema.questions
+    )
     prompt = html.escape(tokenizer.decode(list(canvas.prompt_ids)))
-    return (f"<div class='dj-preview'><h4>Prompt ({len(canvas.prompt_ids)} tokens)</h4><pre>{prompt}</pre>"
-            f"<h4>Canvas ({canvas.width} tokens; slots are noise until the read)</h4>"
-            f"<div class='dj-canvas'>{''.join(chips)}</div><ul>{slots}</ul></div>")
+    return (
+        f"<div class='dj-preview'><h4>Prompt ({len(canvas.prompt_ids)} tokens)</h4><pre>{prompt}</pre>"
+        f"<h4>Canvas ({canvas.width} tokens; slots are noise until the read)</h4>"
+        f"<div class='dj-canvas'>{''.join(chips)}</div><ul>{slots}</ul></div>"
+    )
 
 
 def build(studio: Studio) -> None:
-    gr.Markdown("Edit the questions as JSON: each has an `id`, a `type` (yes_no, choice, score), `instructions`, "
-                "and `options` or `levels` (names, or `{name, description}`). Order here is the order on the "
-                "canvas. The template is optional: one `{question_id}` slot per question.")
+    gr.Markdown(
+        "Edit the questions as JSON: each has an `id`, a `type` (yes_no, choice, score), `instructions`, "
+        "and `options` or `levels` (names, or `{name, description}`). Order here is the order on the "
+        "canvas. The template is optional: one `{question_id}` slot per question."
+    )
     with gr.Row():
         with gr.Column():
             schema_box = gr.Code(language="json", label="Schema", elem_id="schema-json")
-            template_box = gr.Textbox(lines=3, label="Response template (optional)",
-                                      placeholder="Urgent: {urgent}\nTeam: {team}\nTone: {tone}/3",
-                                      elem_id="schema-template")
+            template_box = gr.Textbox(
+                lines=3,
+                label="Response template (optional)",
+                placeholder="Urgent: {urgent}\nTeam: {team}\nTone: {tone}/3",
+                elem_id="schema-template",
+            )
             error = gr.Markdown(elem_id="schema-error")
             save = gr.Button("Save schema", variant="primary", elem_id="schema-save")
         with gr.Column():
@@ -86,8 +97,9 @@ def build(studio: Studio) -> None:
         with studio.db.session() as session:
             project = repo.get_project(session, studio.project)
             version = repo.save_schema(session, project, parsed, studio.annotator(request)).version
-        return f"Saved as schema version {version}. Reload the page to annotate with it.", \
-            canvas_preview(studio.preview_builder(), parsed)
+        return f"Saved as schema version {version}. Reload the page to annotate with it.", canvas_preview(
+            studio.preview_builder(), parsed
+        )
 
     schema_box.change(show, [schema_box, template_box], [error, preview], api_name="preview_schema")
     template_box.change(show, [schema_box, template_box], [error, preview], api_visibility="private")
@@ -100,4 +112,3 @@ def build(studio: Studio) -> None:
         return json.dumps(data, indent=2), template, *show(json.dumps(data), template)
 
     studio.on_load.append((current, [], [schema_box, template_box, error, preview]))
-

@@ -36,8 +36,11 @@ def build(studio: Studio) -> None:
     refresh = gr.Button("Refresh", elem_id="review-refresh")
     summary = gr.Dataframe(label="Per question", interactive=False, elem_id="review-summary")
     disagree = gr.Dataframe(label="Model and human disagree", interactive=False, elem_id="review-disagreements")
-    unsure = gr.Dataframe(label=f"Accepted while the model was unsure (confidence < {review.LOW_CONFIDENCE})",
-                          interactive=False, elem_id="review-unsure")
+    unsure = gr.Dataframe(
+        label=f"Accepted while the model was unsure (confidence < {review.LOW_CONFIDENCE})",
+        interactive=False,
+        elem_id="review-unsure",
+    )
     gr.Markdown("**Change an answer**")
     with gr.Row():
         item = gr.Number(label="Item", precision=0, elem_id="review-item")
@@ -47,8 +50,10 @@ def build(studio: Studio) -> None:
         change = gr.Button("Change", elem_id="review-change")
     note = gr.Markdown(elem_id="review-note")
 
-    gr.Markdown("**Calibration**: can the model's confidence be trusted? Computed on items with a human "
-                "answer; blind-slice answers are used alone when there are enough of them.")
+    gr.Markdown(
+        "**Calibration**: can the model's confidence be trusted? Computed on items with a human "
+        "answer; blind-slice answers are used alone when there are enough of them."
+    )
     with gr.Row():
         cal_question = gr.Dropdown([], label="Question", allow_custom_value=True, elem_id="cal-question")
         cal_run = gr.Dropdown([], label="Run", allow_custom_value=True, elem_id="cal-run")  # checked by the service
@@ -56,15 +61,17 @@ def build(studio: Studio) -> None:
         go = gr.Button("Calibrate", elem_id="cal-go")
     cal_summary = gr.Dataframe(label="Calibration", interactive=False, elem_id="cal-summary")
     with gr.Row():
-        diagram = gr.LinePlot(x="confidence", y="accuracy", color="series", label="Reliability diagram",
-                              elem_id="reliability")
-        curve = gr.LinePlot(x="threshold", y="value", color="measure", label="Auto-accept curve",
-                            elem_id="auto-accept")
+        diagram = gr.LinePlot(
+            x="confidence", y="accuracy", color="series", label="Reliability diagram", elem_id="reliability"
+        )
+        curve = gr.LinePlot(x="threshold", y="value", color="measure", label="Auto-accept curve", elem_id="auto-accept")
     cal_note = gr.Markdown(elem_id="cal-note")
     keep = gr.Button("Keep this temperature for the run", elem_id="cal-keep")
     relabel = gr.Button("New run over the unlabeled items", elem_id="cal-relabel")
-    gr.Markdown("**Annotator agreement**: items two annotators both answered (the *second opinion* queue "
-                "sends an item to a second annotator where the first disagreed with the model).")
+    gr.Markdown(
+        "**Annotator agreement**: items two annotators both answered (the *second opinion* queue "
+        "sends an item to a second annotator where the first disagreed with the model)."
+    )
     agree = gr.Button("Compute agreement", elem_id="agree-go")
     agreement = gr.Dataframe(label="Agreement", interactive=False, elem_id="agreement")
     agree_diff = gr.Dataframe(label="Where annotators differ", interactive=False, elem_id="agreement-differ")
@@ -87,18 +94,22 @@ def build(studio: Studio) -> None:
             raise gr.Error(str(exc)) from None
         if found is None:
             return pd.DataFrame(), None, None, "No item has a human answer for this question yet."
-        bins = pd.DataFrame([{"confidence": b.confidence, "accuracy": b.accuracy, "series": "model"}
-                             for b in found.bins]
-                            + [{"confidence": x, "accuracy": x, "series": "perfect"} for x in (0.0, 1.0)])
-        shown = found.curve[::max(1, len(found.curve) // PLOT_POINTS)] + found.curve[-1:]  # a drawable number
-        points = pd.DataFrame([{"threshold": p.threshold, "value": p.coverage, "measure": "share accepted"}
-                               for p in shown]
-                              + [{"threshold": p.threshold, "value": p.accuracy, "measure": "accuracy"}
-                                 for p in shown])
+        bins = pd.DataFrame(
+            [{"confidence": b.confidence, "accuracy": b.accuracy, "series": "model"} for b in found.bins]
+            + [{"confidence": x, "accuracy": x, "series": "perfect"} for x in (0.0, 1.0)]
+        )
+        shown = found.curve[:: max(1, len(found.curve) // PLOT_POINTS)] + found.curve[-1:]  # a drawable number
+        points = pd.DataFrame(
+            [{"threshold": p.threshold, "value": p.coverage, "measure": "share accepted"} for p in shown]
+            + [{"threshold": p.threshold, "value": p.accuracy, "measure": "accuracy"} for p in shown]
+        )
         best = cal.threshold_for(found.curve, float(target_accuracy or 0))
-        note = (f"Accepting every suggestion with confidence ≥ **{best.threshold:.3f}** would take "
-                f"**{best.coverage:.0%}** of these items at **{best.accuracy:.1%}** accuracy."
-                if best else f"No threshold reaches {target_accuracy:.0%} accuracy on these items.")
+        note = (
+            f"Accepting every suggestion with confidence ≥ **{best.threshold:.3f}** would take "
+            f"**{best.coverage:.0%}** of these items at **{best.accuracy:.1%}** accuracy."
+            if best
+            else f"No threshold reaches {target_accuracy:.0%} accuracy on these items."
+        )
         note += f" Answers used: {found.answers_used} ({found.n} items, {found.blind_n} blind)."
         return pd.DataFrame([found.summary()]), bins, points, note
 
@@ -117,12 +128,15 @@ def build(studio: Studio) -> None:
             if found is None or found.temperature is None:
                 return "⚠️ Too few answered items to fit a temperature (at least ten)."
             project_id, _, rows, _ = studio.schema()
-            calibration.store_temperature(studio.db, project_id, int(run_id), rows[key], found.temperature, found.n,
-                                          studio.annotator(request))
+            calibration.store_temperature(
+                studio.db, project_id, int(run_id), rows[key], found.temperature, found.n, studio.annotator(request)
+            )
         except repo.NotFound as exc:
             return f"⚠️ {html.escape(str(exc))}"
-        return (f"Kept temperature {found.temperature:.3f} for run {int(run_id)}, {html.escape(key)}: the Annotate "
-                f"tab shows calibrated confidence beside the model's own.")
+        return (
+            f"Kept temperature {found.temperature:.3f} for run {int(run_id)}, {html.escape(key)}: the Annotate "
+            f"tab shows calibrated confidence beside the model's own."
+        )
 
     def agreement_tables() -> tuple[Any, Any]:
         table, differing = review.agreement(studio.db, studio.project)
@@ -131,12 +145,19 @@ def build(studio: Studio) -> None:
     def new_run(request: gr.Request, progress=gr.Progress()) -> str:
         """The re-labeling loop: read the items nobody has answered yet with the studio's engine; the new run
         keeps the temperatures kept for the last run of that engine, so it shows calibrated at once."""
-        result = prelabel(studio.db, studio.project, studio.chosen.engine, only_unlabeled=True,
-                          actor=studio.annotator(request),
-                          progress=lambda p: progress((p.done, p.total), desc=f"{p.items_per_s:.1f} items/s"))
-        return (f"Run {result.run_id} {result.status}: {result.read} unlabeled items read, {result.failed} failed; "
-                f"its suggestions show calibrated where a temperature was kept. (A run over all items, from the "
-                f"Pre-label tab, also fills the *changed since answered* queue.)")
+        result = prelabel(
+            studio.db,
+            studio.project,
+            studio.chosen.engine,
+            only_unlabeled=True,
+            actor=studio.annotator(request),
+            progress=lambda p: progress((p.done, p.total), desc=f"{p.items_per_s:.1f} items/s"),
+        )
+        return (
+            f"Run {result.run_id} {result.status}: {result.read} unlabeled items read, {result.failed} failed; "
+            f"its suggestions show calibrated where a temperature was kept. (A run over all items, from the "
+            f"Pre-label tab, also fills the *changed since answered* queue.)"
+        )
 
     studio.on_load.append((runs, [], [cal_run]))
     relabel.click(new_run, [], [cal_note], api_name="relabel_run")
@@ -147,9 +168,11 @@ def build(studio: Studio) -> None:
 
     def tables() -> tuple[Any, Any, Any]:
         columns = ["item", "external id", "question", "model", "confidence", "human", "annotator", "source"]
-        return (pd.DataFrame(review.question_report(studio.db, studio.project)),
-                pd.DataFrame(review.disagreements(studio.db, studio.project), columns=columns),
-                pd.DataFrame(review.low_confidence_accepts(studio.db, studio.project), columns=columns))
+        return (
+            pd.DataFrame(review.question_report(studio.db, studio.project)),
+            pd.DataFrame(review.disagreements(studio.db, studio.project), columns=columns),
+            pd.DataFrame(review.low_confidence_accepts(studio.db, studio.project), columns=columns),
+        )
 
     def reopen(item_id: float | None, key: str, answer: str, request: gr.Request) -> str:
         if item_id is None or not key:

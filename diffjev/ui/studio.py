@@ -65,8 +65,10 @@ def ensure_project(db: Database, actor: str = "studio") -> tuple[str, bool]:
         names = list(session.scalars(select(Project.name).order_by(Project.id)))
     if wanted:
         if wanted not in names:
-            raise repo.NotFound(f"DIFFJEV_PROJECT names {wanted!r}, which is not in the database; projects: "
-                                f"{', '.join(names) or 'none'}")
+            raise repo.NotFound(
+                f"DIFFJEV_PROJECT names {wanted!r}, which is not in the database; projects: "
+                f"{', '.join(names) or 'none'}"
+            )
         return wanted, False
     if names:
         return names[0], False
@@ -104,15 +106,18 @@ def members_note_text(studio: Studio) -> str:
     with studio.db.read() as session:
         members = session.scalar(select(Project.members).where(Project.name == studio.project))
     if members is None:
-        return (f"Any signed-in Hugging Face user may annotate **{html.escape(studio.project)}**. To restrict it, "
-                f"run `diffjev members --project {html.escape(studio.project)} user1,user2`.")
+        return (
+            f"Any signed-in Hugging Face user may annotate **{html.escape(studio.project)}**. To restrict it, "
+            f"run `diffjev members --project {html.escape(studio.project)} user1,user2`."
+        )
     return f"Members of **{html.escape(studio.project)}**: {html.escape(', '.join(members))}."
 
 
 def build_blocks(studio: Studio) -> gr.Blocks:
     with gr.Blocks(title="diffjev") as blocks:
-        banner = ("⚠️ " if studio.chosen.fallback else "") + \
-            f"**Pre-labels from:** {html.escape(studio.chosen.description)} · project **{html.escape(studio.project)}**"
+        banner = (
+            "⚠️ " if studio.chosen.fallback else ""
+        ) + f"**Pre-labels from:** {html.escape(studio.chosen.description)} · project **{html.escape(studio.project)}**"
         gr.Markdown(f"# diffjev\n{banner}", elem_id="engine-banner")
         if studio.hub_sign_in:  # a Space with `hf_oauth: true`: sign in with Hugging Face
             gr.LoginButton()
@@ -154,6 +159,7 @@ def login_check(studio: Studio, users: list[tuple[str, str]], throttle: LoginThr
             return False
         with studio.db.read() as session:
             return repo.is_member(session, studio.project, username)
+
     return check
 
 
@@ -185,25 +191,38 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
             raise HTTPException(404)
 
     blocks = build_blocks(studio)
-    gr.mount_gradio_app(app, blocks, path="/", auth=login_check(studio, auth, throttle) if auth else None,
-                        auth_dependency=signed_in_hub_user if hub_sign_in else None,
-                        auth_message="Log in with your diffjev user and password.", css=CSS + playground.CSS,
-                        head=annotate.KEYS_JS, max_file_size=studio.max_upload,
-                        # Only messages written for people (gr.Error) reach the page; anything else, such as
-                        # a database error with its SQL and parameters, stays in the server's log.
-                        show_error=False)
+    gr.mount_gradio_app(
+        app,
+        blocks,
+        path="/",
+        auth=login_check(studio, auth, throttle) if auth else None,
+        auth_dependency=signed_in_hub_user if hub_sign_in else None,
+        auth_message="Log in with your diffjev user and password.",
+        css=CSS + playground.CSS,
+        head=annotate.KEYS_JS,
+        max_file_size=studio.max_upload,
+        # Only messages written for people (gr.Error) reach the page; anything else, such as
+        # a database error with its SQL and parameters, stays in the server's log.
+        show_error=False,
+    )
     # Gradio refuses a file value outside its upload folder (a client can post any server path as a file)
     # only in an app it has launched; a mounted app never is, so the check would be skipped on every route.
     blocks.has_launched = True
     gradio_app = next(route.app for route in app.routes if isinstance(route, Mount))
 
     def password_user(connection: HTTPConnection) -> str | None:
-        token = (connection.cookies.get(f"access-token-{gradio_app.cookie_id}")
-                 or connection.cookies.get(f"access-token-unsecure-{gradio_app.cookie_id}"))
+        token = connection.cookies.get(f"access-token-{gradio_app.cookie_id}") or connection.cookies.get(
+            f"access-token-unsecure-{gradio_app.cookie_id}"
+        )
         return gradio_app.tokens.get(token) if token else None
 
-    app.add_middleware(AccessGate, project=studio.project, may_use=may_use,
-                       password_user=password_user if auth else None, hub_sign_in=hub_sign_in)
+    app.add_middleware(
+        AccessGate,
+        project=studio.project,
+        may_use=may_use,
+        password_user=password_user if auth else None,
+        hub_sign_in=hub_sign_in,
+    )
     return app
 
 
@@ -212,9 +231,11 @@ def listening_refusal(host: str, auth: list | None, hub_sign_in: bool) -> str | 
     read and write every item: that needs a login, or an explicit DIFFJEV_ALLOW_ANONYMOUS=1."""
     if auth or hub_sign_in or host in LOCAL_HOSTS or os.environ.get("DIFFJEV_ALLOW_ANONYMOUS") == "1":
         return None
-    return (f"refusing to listen on {host} with no login: anyone who can reach it could read and change every "
-            f"item. Set DIFFJEV_USERS=user:password,... (or enable Hugging Face sign-in on a Space), or set "
-            f"DIFFJEV_ALLOW_ANONYMOUS=1 to serve it open on purpose.")
+    return (
+        f"refusing to listen on {host} with no login: anyone who can reach it could read and change every "
+        f"item. Set DIFFJEV_USERS=user:password,... (or enable Hugging Face sign-in on a Space), or set "
+        f"DIFFJEV_ALLOW_ANONYMOUS=1 to serve it open on purpose."
+    )
 
 
 def main() -> None:
@@ -236,8 +257,11 @@ def main() -> None:
     log.info("database %s, project %s, pre-labels from %s", db.url, name, chosen.description)
     studio = Studio(db, chosen, name)
     if auth is None and host not in LOCAL_HOSTS and not studio.hub_sign_in:
-        log.warning("listening on %s with no login (DIFFJEV_ALLOW_ANONYMOUS=1): anyone who can reach it can "
-                    "annotate as 'local'.", host)
+        log.warning(
+            "listening on %s with no login (DIFFJEV_ALLOW_ANONYMOUS=1): anyone who can reach it can "
+            "annotate as 'local'.",
+            host,
+        )
     if created:  # something to label at once: pre-label the demo in the background
         threading.Thread(target=prelabel, args=(db, name, chosen.engine), daemon=True, name="demo-prelabel").start()
     uvicorn.run(create_app(studio, auth), host=host, port=int(os.environ.get("PORT", 7860)), log_level="warning")
