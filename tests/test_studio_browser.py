@@ -181,3 +181,37 @@ def test_review_tab_draws_the_reliability_diagram_and_the_comparison_table(brows
         text = page.inner_text("#comparison")
         assert "diffusion" in text and "passes / item" in text
         page.screenshot(path=str(tmp_path / "review.png"), full_page=True)
+
+
+def test_markup_in_names_and_messages_loads_nothing(browser, tmp_path, dgemma_engine):
+    """A dataset name, a file's column or a server's URL ends up in a message on the page: shown as text,
+    it loads nothing from anywhere."""
+    from test_engine_access import Recorder
+
+    with Recorder(body=b"GIF89a") as listener:
+        hostile = f'![x]({listener.url}/md.png) <img src="{listener.url}/raw.png">'
+        db = studio_db(tmp_path / "names.db", ["The site is down"], dgemma_engine)
+        server, _ = serve_studio(db, dgemma_engine)
+        bad_csv = tmp_path / "columns.csv"
+        bad_csv.write_text(f'body,"{hostile}"\n,"x"\nfine ticket,y\n')
+        with server:
+            page = browser.new_page()
+            asked = []
+            page.on("request", lambda r: asked.append(r.url))
+            page.goto(server.url)
+            page.get_by_role("tab", name="Import").click()
+            page.locator("#import-hf textarea, #import-hf input").first.fill(hostile)
+            page.locator("#import-preview").click()
+            page.wait_for_timeout(1500)
+            page.locator("#import-hf textarea, #import-hf input").first.fill("")
+            page.locator("#import-file input[type=file]").set_input_files(str(bad_csv))
+            page.wait_for_timeout(1500)
+            page.locator("#import-preview").click()
+            page.wait_for_timeout(1500)
+            page.locator("#import-go").click()
+            page.wait_for_function("document.querySelector('#import-report').innerText.includes('mported')")
+            page.wait_for_timeout(800)
+            report = page.inner_text("#import-report")
+            assert "line 2" in report, report
+            assert listener.requests == [] and not [u for u in asked if u.startswith(listener.url)]
+            assert page.locator("#import-report img").count() == 0

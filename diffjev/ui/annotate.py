@@ -13,7 +13,7 @@ from markdown_it.common.utils import escapeHtml
 
 from diffjev.services import annotation
 from diffjev.storage import repo
-from diffjev.ui.context import Studio
+from diffjev.ui.context import Studio, md_text, refusal
 
 MAX_KEYS = 9
 HELP = "**Keys:** Enter or A accept the model's answer · 1–9 pick an answer · S skip · U undo"
@@ -131,13 +131,13 @@ def build(studio: Studio) -> None:
             label, text = None, ("Suggestion hidden: blind slice." if card.blind else "No suggestion for this item.")
         else:
             label = s["distribution"]
-            text = f"Model: **{html.escape(s['answer'])}**, confidence {s['confidence']:.2f}"
+            text = f"Model: **{md_text(s['answer'])}**, confidence {s['confidence']:.2f}"
             if s.get("stderr") is not None:
                 text += f" ± {s['stderr']:.2f} over {s['draws']} reads"
             if s.get("calibrated") is not None:
                 text += f"; calibrated confidence {s['calibrated']:.2f}"
         if card.current is not None:
-            text += f"  \nYour current answer: **{html.escape(card.current)}**"
+            text += f"  \nYour current answer: **{md_text(card.current)}**"
         pick_updates = [
             gr.update(
                 visible=i < len(card.question.names),
@@ -163,7 +163,7 @@ def build(studio: Studio) -> None:
         try:
             card = annotation.next_card(studio.db, studio.project, key, strategy, studio.annotator(request))
         except (ValueError, repo.NotFound) as exc:  # a setting a person can fix (DIFFJEV_OVERLAP), a wrong id
-            raise gr.Error(str(exc)) from None
+            raise refusal(exc) from None
         return show(card, strategy)
 
     def respond(session: dict | None, value: str | None, status: str, request: gr.Request) -> tuple:
@@ -181,7 +181,7 @@ def build(studio: Studio) -> None:
             who,
             skip_item=card.item_id if status == "skipped" else None,
         )
-        return show(following, strategy, note=f"Saved {html.escape(value or 'skip')} for the last item.")
+        return show(following, strategy, note=f"Saved {md_text(value or 'skip')} for the last item.")
 
     def accept_answer(session: dict | None, request: gr.Request) -> tuple:
         card = session["card"] if session else None

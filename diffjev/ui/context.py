@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import secrets
 import tempfile
 import threading
@@ -21,6 +23,21 @@ from diffjev.storage.db import Database
 from diffjev.ui.access import hub_sign_in_configured
 
 LOCAL_ANNOTATOR = "local"
+# Every character Markdown or HTML could read as markup (CommonMark lets a backslash escape any of them).
+MARKUP = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~&\"'])")
+
+
+def md_text(value: Any) -> str:
+    """Text from anyone (an item's field, a file's column, a server's name, an error about them) placed
+    inside a Markdown component, shown literally: `![x](http://...)` or `<img src=...>` in it is shown,
+    never rendered, so no annotator's browser fetches anything because of it."""
+    return MARKUP.sub(r"\\\1", str(value))
+
+
+def refusal(message: Any) -> gr.Error:
+    """An error for the page whose message may hold anyone's text: Gradio shows a message as HTML, so it is
+    escaped, and an `<img>` in a dataset name or a column is shown, never loaded."""
+    return gr.Error(html.escape(str(message), quote=False))  # quotes are plain text outside a tag
 
 
 @dataclass

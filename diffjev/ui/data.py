@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import shutil
 import threading
 import time
@@ -22,7 +21,7 @@ from diffjev.services.importing import dataset_source, import_items
 from diffjev.services.prelabel import prelabel
 from diffjev.storage import repo
 from diffjev.ui.access import NotAnUpload, uploaded_file
-from diffjev.ui.context import Studio
+from diffjev.ui.context import Studio, md_text, refusal
 
 
 def _source(studio: Studio, upload: Any, dataset_name: str) -> Any:
@@ -30,12 +29,12 @@ def _source(studio: Studio, upload: Any, dataset_name: str) -> Any:
         try:
             return uploaded_file(upload)
         except NotAnUpload as exc:
-            raise gr.Error(str(exc)) from None
+            raise refusal(exc) from None
     if dataset_name.strip():
         try:
             return dataset_source(dataset_name, studio.import_dir)
         except SourceError as exc:
-            raise gr.Error(str(exc)) from None
+            raise refusal(exc) from None
     raise gr.Error("Upload a CSV, JSONL or Parquet file, or give a Hugging Face dataset name.")
 
 
@@ -61,7 +60,7 @@ def build_import(studio: Studio) -> None:
         try:
             columns, rows = peek(_source(studio, upload, dataset_name))
         except SourceError as exc:
-            raise gr.Error(str(exc)) from None
+            raise refusal(exc) from None
         text = next((c for c in columns if c.lower() in ("text", "body", "content", "message")), columns[0])
         ident = next((c for c in columns if c.lower() in ("id", "external_id", "uid")), None)
         others = [c for c in columns if c not in (text, ident)]
@@ -86,9 +85,9 @@ def build_import(studio: Studio) -> None:
                 actor=studio.annotator(request),
             )
         except SourceError as exc:
-            return f"⚠️ {html.escape(str(exc))}"
+            return f"⚠️ {md_text(str(exc))}"
         lines = [f"**Imported {result.imported}**, duplicates {result.duplicates}, rejected {result.rejected}."]
-        lines += [f"- line {r.line}: {html.escape(r.reason)}" for r in result.rejects[:50]]
+        lines += [f"- line {r.line}: {md_text(r.reason)}" for r in result.rejects[:50]]
         if result.rejected > 50:
             lines.append(f"- … and {result.rejected - 50} more")
         return "\n".join(lines)
@@ -102,7 +101,7 @@ CONFIGURED = "the studio's engine"
 
 def build_prelabel(studio: Studio) -> None:
     gr.Markdown(
-        f"The studio's engine: **{html.escape(studio.chosen.description)}**. Another engine can "
+        f"The studio's engine: **{md_text(studio.chosen.description)}**. Another engine can "
         "make a run too, to compare them in Review."
     )
     with gr.Row():
@@ -140,7 +139,7 @@ def build_prelabel(studio: Studio) -> None:
             )
             return choose_engine(choice).engine
         except (EngineError, ModelLoadError) as exc:
-            raise gr.Error(str(exc)) from None
+            raise refusal(exc) from None
 
     def run(
         kind_name: str, server: str, model_name: str, which_items: str, request: gr.Request, progress=gr.Progress()
@@ -167,7 +166,7 @@ def build_prelabel(studio: Studio) -> None:
                 engine.close()
         text = (
             f"Run {result.run_id} **{result.status}**: {result.read} items read, {result.failed} failed, "
-            f"{result.seconds:.1f} s." + (f" {html.escape(result.error)}" if result.error else "")
+            f"{result.seconds:.1f} s." + (f" {md_text(result.error)}" if result.error else "")
         )
         return text, pd.DataFrame(result.failures, columns=["item", "external id", "error"])
 
@@ -205,7 +204,7 @@ def build_export(studio: Studio) -> None:
                 actor=studio.annotator(request),
             )
         except (SourceError, ExportError, repo.NotFound) as exc:
-            return f"⚠️ {html.escape(str(exc))}", gr.update(visible=False)
+            return f"⚠️ {md_text(str(exc))}", gr.update(visible=False)
         if fmt_name == "hf":  # a dataset is a folder: hand it over as one zip
             target = Path(shutil.make_archive(str(target), "zip", target))
         return f"Exported {count} items.", gr.update(value=str(target), visible=True)

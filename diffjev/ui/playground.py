@@ -14,6 +14,7 @@ from diffjev.demo import TICKETS_SCHEMA
 from diffjev.engines.auto import ChosenEngine
 from diffjev.engines.base import EngineError
 from diffjev.read import read
+from diffjev.ui.context import md_text
 from diffjev.schema import Schema, SchemaError
 
 DEMO_SCHEMA = {**TICKETS_SCHEMA, "samples": "auto"}
@@ -53,7 +54,7 @@ def build(chosen: ChosenEngine) -> None:
         try:
             schema = Schema.from_dict(json.loads(schema_text))
         except ValueError as exc:  # malformed JSON or SchemaError
-            return "", None, f"**Schema:** {html.escape(str(exc))}"
+            return "", None, f"**Schema:** {md_text(str(exc))}"
         state: Any = state_text
         if state_text.strip().startswith(("{", "[")):
             try:
@@ -63,7 +64,7 @@ def build(chosen: ChosenEngine) -> None:
         try:
             decision = read(schema, state, chosen.engine)
         except (SchemaError, EngineError) as exc:
-            return "", None, f"**Read failed:** {html.escape(str(exc))}"
+            return "", None, f"**Read failed:** {md_text(str(exc))}"
         timing = decision.diagnostics.get("timing", {})
         seconds = sum(v for k, v in timing.items() if k.endswith("_s"))
         return (

@@ -12,7 +12,7 @@ from diffjev.canvas import CanvasBuilder
 from diffjev.errors import SchemaError
 from diffjev.schema import Schema
 from diffjev.storage import repo
-from diffjev.ui.context import Studio
+from diffjev.ui.context import Studio, md_text
 
 PREVIEW_STATE = "Everything is down and we have a demo at noon."
 
@@ -86,14 +86,14 @@ def build(studio: Studio) -> None:
             parsed = parse(schema_text, template_text)
             return "", canvas_preview(studio.preview_builder(), parsed)
         except SchemaError as exc:
-            return f"⚠️ {html.escape(str(exc))}", ""
+            return f"⚠️ {md_text(str(exc))}", ""
 
     def store(schema_text: str, template_text: str, request: gr.Request) -> tuple[str, str]:
         try:
             parsed = parse(schema_text, template_text)
             studio.preview_builder().layout(parsed)  # refuse a template the model cannot read
         except SchemaError as exc:
-            return f"⚠️ {html.escape(str(exc))}", gr.update()
+            return f"⚠️ {md_text(str(exc))}", gr.update()
         with studio.db.session() as session:
             project = repo.get_project(session, studio.project)
             version = repo.save_schema(session, project, parsed, studio.annotator(request)).version

@@ -4,7 +4,6 @@ auto-accept curve, and the comparison of runs."""
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 import gradio as gr
@@ -19,7 +18,7 @@ from diffjev.services.exporting import csv_escape_setting
 from diffjev.services.prelabel import prelabel
 from diffjev.storage import repo
 from diffjev.storage.models import Run
-from diffjev.ui.context import Studio
+from diffjev.ui.context import Studio, md_text, refusal
 
 PLOT_POINTS = 200
 
@@ -29,7 +28,7 @@ def run_number(value: Any) -> int:
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise gr.Error(f"run {value!r} is not a run number; choose a run from the list") from None
+        raise refusal(f"run {value!r} is not a run number; choose a run from the list") from None
 
 
 def build(studio: Studio) -> None:
@@ -91,7 +90,7 @@ def build(studio: Studio) -> None:
         try:
             found = calibration.calibrate(studio.db, studio.project, run_number(run_id), key)
         except repo.NotFound as exc:
-            raise gr.Error(str(exc)) from None
+            raise refusal(exc) from None
         if found is None:
             return pd.DataFrame(), None, None, "No item has a human answer for this question yet."
         bins = pd.DataFrame(
@@ -132,9 +131,9 @@ def build(studio: Studio) -> None:
                 studio.db, project_id, int(run_id), rows[key], found.temperature, found.n, studio.annotator(request)
             )
         except repo.NotFound as exc:
-            return f"⚠️ {html.escape(str(exc))}"
+            return f"⚠️ {md_text(str(exc))}"
         return (
-            f"Kept temperature {found.temperature:.3f} for run {int(run_id)}, {html.escape(key)}: the Annotate "
+            f"Kept temperature {found.temperature:.3f} for run {int(run_id)}, {md_text(key)}: the Annotate "
             f"tab shows calibrated confidence beside the model's own."
         )
 
@@ -180,8 +179,8 @@ def build(studio: Studio) -> None:
         try:
             review.reopen(studio.db, studio.project, int(item_id), key, answer.strip(), studio.annotator(request))
         except (ValueError, repo.NotFound) as exc:  # an answer not in the question, an item not in the project
-            return f"⚠️ {html.escape(str(exc))}"
-        return f"Item {int(item_id)}, {html.escape(key)}: changed to {html.escape(answer.strip())}."
+            return f"⚠️ {md_text(str(exc))}"
+        return f"Item {int(item_id)}, {md_text(key)}: changed to {md_text(answer.strip())}."
 
     def questions() -> Any:
         return gr.update(choices=[q.id for q in studio.schema()[1].questions])

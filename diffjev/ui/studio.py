@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import html
 import logging
 import math
 import os
@@ -31,7 +30,7 @@ from diffjev.storage.db import Database
 from diffjev.storage.models import Project
 from diffjev.ui import annotate, data, playground, project, review
 from diffjev.ui.access import AccessGate, hub_sign_in_configured, signed_in_hub_user
-from diffjev.ui.context import Studio
+from diffjev.ui.context import Studio, md_text
 
 log = logging.getLogger("diffjev")
 DEMO_PROJECT = "demo-support-tickets"
@@ -107,17 +106,17 @@ def members_note_text(studio: Studio) -> str:
         members = session.scalar(select(Project.members).where(Project.name == studio.project))
     if members is None:
         return (
-            f"Any signed-in Hugging Face user may annotate **{html.escape(studio.project)}**. To restrict it, "
-            f"run `diffjev members --project {html.escape(studio.project)} user1,user2`."
+            f"Any signed-in Hugging Face user may annotate **{md_text(studio.project)}**. To restrict it, "
+            f"run `diffjev members --project {md_text(studio.project)} user1,user2`."
         )
-    return f"Members of **{html.escape(studio.project)}**: {html.escape(', '.join(members))}."
+    return f"Members of **{md_text(studio.project)}**: {md_text(', '.join(members))}."
 
 
 def build_blocks(studio: Studio) -> gr.Blocks:
     with gr.Blocks(title="diffjev") as blocks:
         banner = (
             "⚠️ " if studio.chosen.fallback else ""
-        ) + f"**Pre-labels from:** {html.escape(studio.chosen.description)} · project **{html.escape(studio.project)}**"
+        ) + f"**Pre-labels from:** {md_text(studio.chosen.description)} · project **{md_text(studio.project)}**"
         gr.Markdown(f"# diffjev\n{banner}", elem_id="engine-banner")
         if studio.hub_sign_in:  # a Space with `hf_oauth: true`: sign in with Hugging Face
             gr.LoginButton()
