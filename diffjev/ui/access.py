@@ -123,7 +123,7 @@ class AccessGate:
                 return
         elif self.password_user is not None:
             user = self.password_user(connection)
-        if user is not None and not self.may_use(user):
+        if user is not None and path != "/logout" and not self.may_use(user):  # anyone may sign out
             log.warning(
                 "refused %s %s: %r is not a member of project %r", scope.get("method", "WS"), path, user, self.project
             )
