@@ -87,9 +87,13 @@ nasty_text = st.one_of(
 def test_fuzzed_item_texts_are_stored_exactly_or_rejected_by_line_and_shown_as_text(tmp_path_factory, texts):
     db = studio_db(tmp_path_factory.mktemp("texts") / "t.db", ["seed item"])
     report = import_items(db, "tickets", pd.DataFrame({"text": texts}))
-    kept = [t for t in texts if t.strip()]  # a blank text is the one refusal, reported with its line
-    assert {r.line for r in report.rejects} == {i + 1 for i, t in enumerate(texts) if not t.strip()}
-    assert all("empty text" in r.reason for r in report.rejects)
+    # the refusals, each reported with its line: a blank text, and a NUL (no database column holds one)
+    refused = {
+        i + 1: "empty text" if not t.strip() else "NUL" for i, t in enumerate(texts) if not t.strip() or "\x00" in t
+    }
+    kept = [t for i, t in enumerate(texts) if i + 1 not in refused]
+    assert {r.line: r.reason for r in report.rejects}.keys() == refused.keys()
+    assert all(refused[r.line] in r.reason for r in report.rejects)
     with db.read() as session:
         stored = set(session.scalars(select(Item.text).where(Item.text != "seed item")))
     assert stored == set(kept)
@@ -101,7 +105,8 @@ def test_fuzzed_item_texts_are_stored_exactly_or_rejected_by_line_and_shown_as_t
 
 
 def test_a_very_long_item_with_markup_reaches_the_annotator_as_text(tmp_path, dgemma_engine):
-    long_text = "<b>bold?</b> \u202eright-to-left\u202c שלום " + "x" * 100_000 + " \x07\x1b[31m end"
+    # just under the import cap on item text (DIFFJEV_MAX_ITEM_CHARS, 100,000 characters by default)
+    long_text = "<b>bold?</b> \u202eright-to-left\u202c שלום " + "x" * 99_900 + " \x07\x1b[31m end"
     db = studio_db(tmp_path / "long.db", [long_text], dgemma_engine)
     server, _ = serve_studio(db, dgemma_engine)
     with server:
