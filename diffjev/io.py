@@ -18,6 +18,7 @@ import errno
 import glob
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -207,6 +208,10 @@ def _row(
     if problem:
         return Rejected(line, problem)
     external = record.get(id_field) if id_field else None
+    if isinstance(external, (dict, list, bool)):  # str() of these is no id: {'a': 1}, and True meets "True"
+        return Rejected(
+            line, f"the id field {id_field!r} holds {type(external).__name__}; an id is text or a whole number"
+        )
     external = None if external is None or str(external).strip() == "" else str(external)
     if external is not None:
         problem = _text_problem(
@@ -256,6 +261,11 @@ _JSON_PROBLEMS = {
 def _fields_problem(fields: dict[str, Any]) -> str | None:
     """Why the context fields cannot be stored as a JSON column (the encoder the database uses), or None;
     the offending field is named."""
+    for name, value in fields.items():  # the JSON encoder would write an infinity as null: the value lost
+        if _holds_infinity(value):
+            return (
+                f"context field {name!r} holds an infinite number (such as 1e999); write it as text or a finite number"
+            )
     try:
         orjson.dumps(fields)
         return None
@@ -268,6 +278,16 @@ def _fields_problem(fields: dict[str, Any]) -> str | None:
             reason = next((why for key, why in _JSON_PROBLEMS.items() if key in str(exc)), f"cannot be stored: {exc}")
             return f"context field {name!r} {reason}"
     return "the context fields cannot be stored as JSON"
+
+
+def _holds_infinity(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, float):
+        return math.isinf(value)
+    if depth < 300 and isinstance(value, dict):
+        return any(_holds_infinity(v, depth + 1) for v in value.values())
+    if depth < 300 and isinstance(value, list):
+        return any(_holds_infinity(v, depth + 1) for v in value)
+    return False
 
 
 def _plain(value: Any) -> Any:

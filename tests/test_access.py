@@ -24,7 +24,7 @@ from diffjev.services.importing import dataset_source, import_items
 from diffjev.storage import repo
 from diffjev.storage.db import Database
 from diffjev.storage.models import Event, Item, Response, Run
-from conftest import SERVED_NAME
+from conftest import SERVED_NAME, free_port
 from studio_fixtures import serve_studio, studio_db
 
 USERS = [("alice", "a-secret"), ("bob", "b-secret")]
@@ -341,7 +341,7 @@ def test_secrets_never_reach_logs_exports_runs_or_the_page(tmp_path, vllm_server
     with LocalServer(create_app(Studio(db, chosen, "tickets"))) as studio:
         page = httpx.get(studio.url + "/", timeout=30).text + httpx.get(studio.url + "/config", timeout=30).text
     chosen.engine.close()
-    assert f"vLLM server at http://{host}" in page
+    assert f"vLLM server at http://{host}" in as_shown(page)
     for secret in (SECRET_KEY, SECRET_TOKEN, SECRET_PASSWORD):
         assert secret not in page
 
@@ -356,7 +356,17 @@ def gradio_call(http: httpx.Client, api_name: str, *data) -> tuple[str, str]:
         return "refused", f"{started.status_code} {started.text}"
     answer = http.get(f"/gradio_api/call/{api_name}/{started.json()['event_id']}").text
     event = answer.split("event: ", 1)[1].split("\n", 1)[0] if "event: " in answer else "none"
-    return event, html.unescape(answer)  # messages shown as HTML escape their quotes
+    return event, as_shown(answer)
+
+
+def as_shown(answer: str) -> str:
+    """An event's answer as a person reads it: messages write anyone's text as HTML character references."""
+    data = answer.split("data: ", 1)[1] if "data: " in answer else answer
+    try:
+        data = json.dumps(json.loads(data), ensure_ascii=False)
+    except ValueError:
+        pass
+    return html.unescape(data)
 
 
 def a_server_file(path) -> dict:
@@ -465,6 +475,8 @@ def test_another_projects_ids_are_not_found_at_any_endpoint(two_projects):
     assert f"no item {item} in this project" in said, said
     event, said = gradio_call(alice, "review_change", 10**9, "team", "billing")
     assert "no item 1000000000 in this project" in said and "IntegrityError" not in said, said
+    event, said = gradio_call(alice, "review_change", 10**30, "team", "billing")  # past any database integer
+    assert "no item 1000000000000000000000000000000 in this project" in said, said
     event, said = gradio_call(alice, "review_change", 1, "salary_band", "billing")
     assert "no question 'salary_band' in this project" in said, said
     event, said = gradio_call(alice, "calibrate", "team", other_run, 0.9)
@@ -698,3 +710,64 @@ def test_a_database_error_reaches_the_page_as_no_sql(tmp_path, dgemma_engine):
         assert event == "error"
         for raw in ("leases", "SELECT", "DELETE", "INSERT", "sqlite3", "OperationalError", "Traceback"):
             assert raw not in said, raw
+
+
+def test_two_studios_on_one_host_share_no_files(tmp_path, tiny_model_folder):
+    """Each studio process keeps its uploads and downloads in a folder of its own: a user of one studio
+    can neither download nor import what another studio (another project) handed out."""
+    from diffjev.services.importing import import_items as load
+
+    path = tmp_path / "two.db"
+    db = studio_db(path, [f"{MARK} salary {i}" for i in range(3)], name="payroll")
+    studio_db(path, ["public ticket"], name="public")
+    with db.session() as session:
+        repo.set_members(session, "payroll", ["alice"], "owner")
+    load(db, "payroll", pd.DataFrame({"text": ["more"]}))
+    users = "alice:a-secret,bob:b-secret"
+    apps = []
+    try:
+        for project in ("payroll", "public"):
+            port = free_port()
+            env = {
+                **os.environ,
+                "DIFFJEV_DB": str(path),
+                "DIFFJEV_PROJECT": project,
+                "DIFFJEV_USERS": users,
+                "PORT": str(port),
+                "DIFFJEV_MODEL": str(tiny_model_folder),
+                "HF_HUB_OFFLINE": "1",
+            }
+            env.pop("GRADIO_TEMP_DIR", None)
+            proc = subprocess.Popen(
+                [sys.executable, "app.py"],
+                cwd=Path(__file__).parent.parent,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            apps.append((proc, f"http://127.0.0.1:{port}"))
+        for proc, url in apps:
+            deadline = time.monotonic() + 180
+            while True:
+                assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+                try:
+                    if httpx.get(url + "/gradio_api/startup-events", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "the studio did not start"
+                time.sleep(0.5)
+        payroll, public = (type("S", (), {"url": url})() for _, url in apps)
+        alice = logged_in(payroll, ("alice", "a-secret"))
+        event, said = gradio_call(alice, "export", "csv", False, "")
+        assert event == "complete" and MARK in alice.get(json.loads(said)[1]["value"]["url"]).text
+        exported = json.loads(said)[1]["value"]["path"]
+        bob = logged_in(public, ("bob", "b-secret"))  # not a payroll member; a member of the open project
+        refused = bob.get(f"/gradio_api/file={exported}")
+        assert refused.status_code in (403, 404) and MARK not in refused.text
+        event, said = gradio_call(bob, "import_preview", a_server_file(exported), "")
+        assert event == "error" and MARK not in said
+    finally:
+        for proc, _ in apps:
+            proc.terminate()
+            proc.wait(timeout=30)

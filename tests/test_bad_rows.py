@@ -67,6 +67,11 @@ BAD_JSONL = {
         json.dumps({"id": "x" * 600, "text": "long id"}).encode(),
         "the id field 'id' has 600 characters, over the limit of 500",
     ),
+    # the JSON encoder of the fields column would store these as null, and str() of these ids is no id
+    "infinite number in a context field": (b'{"id": "bad", "text": "ok", "v": 1e999}', "holds an infinite number"),
+    "infinite number nested in a context field": (b'{"id": "bad", "text": "ok", "v": [1, {"w": -1e999}]}', "'v'"),
+    "an object as the id": (b'{"id": {"a": 1}, "text": "ok"}', "the id field 'id' holds dict"),
+    "true as the id": (b'{"id": true, "text": "ok"}', "the id field 'id' holds bool"),
     "text over the cap": (
         json.dumps({"id": "bad", "text": "y" * 100_001}).encode(),
         "has 100,001 characters, over the limit of 100,000",

@@ -185,15 +185,20 @@ def test_review_tab_draws_the_reliability_diagram_and_the_comparison_table(brows
 
 def test_markup_in_names_and_messages_loads_nothing(browser, tmp_path, dgemma_engine):
     """A dataset name, a file's column or a server's URL ends up in a message on the page: shown as text,
-    it loads nothing from anywhere."""
+    it loads nothing from anywhere. A value the page's encoder cannot hold (an integer past 64 bits)
+    still previews, and its row is reported by line."""
     from test_engine_access import Recorder
 
     with Recorder(body=b"GIF89a") as listener:
         hostile = f'![x]({listener.url}/md.png) <img src="{listener.url}/raw.png">'
+        huge = 10**70 + 7
         db = studio_db(tmp_path / "names.db", ["The site is down"], dgemma_engine)
         server, _ = serve_studio(db, dgemma_engine)
-        bad_csv = tmp_path / "columns.csv"
-        bad_csv.write_text(f'body,"{hostile}"\n,"x"\nfine ticket,y\n')
+        rows = tmp_path / "columns.jsonl"
+        rows.write_text(
+            f'{{"body": "fine ticket", {json.dumps(hostile)}: "x"}}\n'
+            f'{{"body": "second ticket", {json.dumps(hostile)}: {huge}}}\n'
+        )
         with server:
             page = browser.new_page()
             asked = []
@@ -204,14 +209,16 @@ def test_markup_in_names_and_messages_loads_nothing(browser, tmp_path, dgemma_en
             page.locator("#import-preview").click()
             page.wait_for_timeout(1500)
             page.locator("#import-hf textarea, #import-hf input").first.fill("")
-            page.locator("#import-file input[type=file]").set_input_files(str(bad_csv))
+            page.locator("#import-file input[type=file]").set_input_files(str(rows))
             page.wait_for_timeout(1500)
             page.locator("#import-preview").click()
-            page.wait_for_timeout(1500)
+            page.wait_for_function(
+                f"document.querySelector('#import-table').innerText.includes('{huge}')", timeout=30_000
+            )
             page.locator("#import-go").click()
             page.wait_for_function("document.querySelector('#import-report').innerText.includes('mported')")
             page.wait_for_timeout(800)
             report = page.inner_text("#import-report")
-            assert "line 2" in report, report
+            assert "line 2" in report and hostile in report, report
             assert listener.requests == [] and not [u for u in asked if u.startswith(listener.url)]
             assert page.locator("#import-report img").count() == 0

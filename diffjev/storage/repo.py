@@ -256,7 +256,7 @@ def create_run(
 
 def get_run(session: Session, run_id: int, project_id: int | None = None) -> Run:
     """A run by id; with `project_id`, only a run of that project (another project's run is not found)."""
-    run = session.get(Run, run_id)
+    run = session.get(Run, run_id) if _is_row_id(run_id) else None
     if run is None or (project_id is not None and run.project_id != project_id):
         raise NotFound(f"no run {run_id} in this project" if project_id is not None else f"no run with id {run_id}")
     return run
@@ -264,10 +264,16 @@ def get_run(session: Session, run_id: int, project_id: int | None = None) -> Run
 
 def project_item(session: Session, project_id: int, item_id: int) -> Item:
     """An item looked up through its project: another project's id is simply not found."""
-    item = session.get(Item, item_id)
+    item = session.get(Item, item_id) if _is_row_id(item_id) else None
     if item is None or item.project_id != project_id:
         raise NotFound(f"no item {item_id} in this project")
     return item
+
+
+def _is_row_id(value: object) -> bool:
+    """Whether an id from the outside can name a row at all: a whole number a database integer holds (a
+    larger one would make the driver raise instead of finding nothing)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63
 
 
 def latest_run(session: Session, project_id: int, unfinished_only: bool = False) -> Run | None:

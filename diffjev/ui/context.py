@@ -23,15 +23,17 @@ from diffjev.storage.db import Database
 from diffjev.ui.access import hub_sign_in_configured
 
 LOCAL_ANNOTATOR = "local"
-# Every character Markdown or HTML could read as markup (CommonMark lets a backslash escape any of them).
-MARKUP = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~&\"'])")
+# Every character Markdown or HTML could read as markup, as an HTML character reference: CommonMark shows
+# a reference as its character and never reads it as syntax. ':' and '.' too, so no text becomes an
+# autolink, inside which a reference (or a backslash escape) would be shown as written.
+MARKUP = re.compile(r"[\\`*_{}\[\]()#+\-!|<>~&\"':.]")
 
 
 def md_text(value: Any) -> str:
     """Text from anyone (an item's field, a file's column, a server's name, an error about them) placed
     inside a Markdown component, shown literally: `![x](http://...)` or `<img src=...>` in it is shown,
     never rendered, so no annotator's browser fetches anything because of it."""
-    return MARKUP.sub(r"\\\1", str(value))
+    return MARKUP.sub(lambda m: f"&#{ord(m.group())};", str(value))
 
 
 def refusal(message: Any) -> gr.Error:

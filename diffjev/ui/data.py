@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import gradio as gr
+import orjson
 import pandas as pd
 
 from diffjev.engines.auto import ENGINE_CHOICES, choose_engine
@@ -38,6 +39,15 @@ def _source(studio: Studio, upload: Any, dataset_name: str) -> Any:
     raise gr.Error("Upload a CSV, JSONL or Parquet file, or give a Hugging Face dataset name.")
 
 
+def preview_cell(value: Any) -> str:
+    if value is None or isinstance(value, str):
+        return value or ""
+    try:
+        return orjson.dumps(value).decode() if isinstance(value, (dict, list)) else str(value)
+    except TypeError:  # an integer past 64 bits inside an object, say
+        return str(value)
+
+
 def build_import(studio: Studio) -> None:
     with gr.Row():
         upload = gr.File(
@@ -64,8 +74,11 @@ def build_import(studio: Studio) -> None:
         text = next((c for c in columns if c.lower() in ("text", "body", "content", "message")), columns[0])
         ident = next((c for c in columns if c.lower() in ("id", "external_id", "uid")), None)
         others = [c for c in columns if c not in (text, ident)]
+        # The preview shows each cell as text: a file's values (an integer past 64 bits, a nested object)
+        # are anything JSON allows, and the page's own encoder would refuse some of them.
+        shown = [[preview_cell(r.get(c)) for c in columns] for r in rows]
         return (
-            pd.DataFrame(rows, columns=columns),
+            pd.DataFrame(shown, columns=columns),
             gr.update(choices=columns, value=text),
             gr.update(choices=[""] + columns, value=ident or ""),
             gr.update(choices=columns, value=others),

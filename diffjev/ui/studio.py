@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import tempfile
 import threading
 
 import gradio as gr
@@ -254,6 +255,10 @@ def main() -> None:
     except (EngineError, ModelLoadError, repo.NotFound, ValueError) as exc:  # settings a person can fix
         raise SystemExit(f"diffjev: {exc}") from None
     log.info("database %s, project %s, pre-labels from %s", db.url, name, chosen.description)
+    # Gradio serves every file in its folder to anyone logged in to the app, and its default folder is one
+    # per machine: a user of another studio (another project) could fetch this one's downloads and uploads
+    # by their address. So each studio process keeps its files in a folder of its own.
+    os.environ.setdefault("GRADIO_TEMP_DIR", tempfile.mkdtemp(prefix="diffjev-files-"))
     studio = Studio(db, chosen, name)
     if auth is None and host not in LOCAL_HOSTS and not studio.hub_sign_in:
         log.warning(
