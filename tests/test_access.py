@@ -142,7 +142,8 @@ def test_a_non_member_cannot_open_a_restricted_project(tmp_path, dgemma_engine):
     server, _ = serve_studio(db, dgemma_engine, name="payroll", auth=USERS)
     with server:
         refused = httpx.post(f"{server.url}/login", data={"username": "alice", "password": "a-secret"}, timeout=30)
-        assert refused.status_code != 200 and MARK not in refused.text
+        assert refused.status_code == 403 and MARK not in refused.text
+        assert "alice is not a member of project payroll" in refused.text  # not "incorrect credentials"
         with pytest.raises(Exception):
             Client(server.url, auth=USERS[0], verbose=False)
         shown = Client(server.url, auth=USERS[1], verbose=False).predict(

@@ -144,7 +144,9 @@ class AccessGate:
             await send({"type": "websocket.close", "code": 1008})
             return
         wants_page = scope.get("method") == "GET" and scope.get("path") in ("/", "")
-        response = HTMLResponse(page, status) if wants_page else JSONResponse({"detail": detail}, status)
+        # "error" is what Gradio's page shows of a refused event; "detail" what FastAPI's clients read
+        body = {"detail": detail, "error": detail, "visible": True, "title": "Not allowed"}
+        response = HTMLResponse(page, status) if wants_page else JSONResponse(body, status)
         await response(scope, receive, send)
 
 

@@ -159,7 +159,10 @@ def build(studio: Studio) -> None:
         )
 
     def start_queue(key: str, queue_name: str, request: gr.Request) -> tuple:
-        strategy = QUEUES[queue_name]
+        strategy = QUEUES.get(queue_name)
+        if strategy is None:
+            raise refusal(f"no queue named {queue_name!r}; choose one from the list")
+        key = key or studio.schema()[1].questions[0].id  # Start pressed before the page filled the list
         try:
             card = annotation.next_card(studio.db, studio.project, key, strategy, studio.annotator(request))
         except (ValueError, repo.NotFound) as exc:  # a setting a person can fix (DIFFJEV_OVERLAP), a wrong id

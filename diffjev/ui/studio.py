@@ -158,7 +158,13 @@ def login_check(studio: Studio, users: list[tuple[str, str]], throttle: LoginThr
         if not ok:
             return False
         with studio.db.read() as session:
-            return repo.is_member(session, studio.project, username)
+            member = repo.is_member(session, studio.project, username)
+        if not member:  # the right password: say why, not "incorrect credentials"
+            log.warning("refused the login of %r: not a member of project %r", username, studio.project)
+            raise HTTPException(
+                403, f"{username} is not a member of project {studio.project}; ask its owner to add you"
+            )
+        return True
 
     return check
 
