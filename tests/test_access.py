@@ -432,7 +432,7 @@ def test_exports_are_not_served_from_a_path_anyone_can_guess(studio):
     alice = logged_in(server, USERS[0])
     event, said = gradio_call(alice, "export", "jsonl", False, "")
     assert event == "complete", said
-    url = json.loads(said.split("data: ", 1)[1])[1]["value"]["url"]
+    url = json.loads(said)[1]["value"]["url"]
     assert alice.get(url).status_code == 200 and MARK in alice.get(url).text
     assert re.search(r"/[0-9a-f]{64}/", url), url  # Gradio's download address: a keyed hash of the file
     written = [p for p in context.export_dir.rglob("*.jsonl") if p.name != "labels.jsonl"]
