@@ -40,9 +40,9 @@ class NotAnUpload(ValueError):
 def uploaded_file(value: Any) -> str:
     """The server path of a file the user uploaded, or NotAnUpload.
 
-    A Gradio file value is a path the client sends back; a client can send any path. Gradio refuses paths
-    outside its upload folder only in apps it launches itself, and this one is mounted, so the check is
-    here: the path, with every link resolved, must be a file inside Gradio's upload folder."""
+    A Gradio file value is a path the client sends back, and a client can send any path. Gradio refuses one
+    outside its upload folder before a handler runs (create_app turns that check on for the mounted app);
+    this is the handler's own check, with every link resolved, so no other caller can pass a path either."""
     path = value if isinstance(value, str) else getattr(value, "path", None) or getattr(value, "name", None)
     if not isinstance(path, str) or not path or "\x00" in path:
         raise NotAnUpload("the file was not uploaded: choose it again with the upload button")
