@@ -644,10 +644,10 @@ def test_hub_sign_in_is_required_everywhere_and_checked_against_members(tmp_path
 def test_an_open_space_says_who_may_annotate(tmp_path, dgemma_engine, hub_space):
     from diffjev.ui.studio import members_note_text
 
-    db = studio_db(tmp_path / "open.db", ["one"], name="demo")
-    _, studio = serve_studio(db, dgemma_engine, name="demo")
+    db = studio_db(tmp_path / "open.db", ["one"], name="demo-tickets.v2")
+    _, studio = serve_studio(db, dgemma_engine, name="demo-tickets.v2")
     assert "Any signed-in Hugging Face user may annotate" in members_note_text(studio)
-    assert "diffjev members --project demo" in members_note_text(studio)
+    assert "`diffjev members --project demo-tickets.v2 user1,user2`" in members_note_text(studio)
 
 
 def test_the_studio_will_not_listen_beyond_localhost_without_a_login(tmp_path):

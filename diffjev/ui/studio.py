@@ -108,7 +108,8 @@ def members_note_text(studio: Studio) -> str:
     if members is None:
         return (
             f"Any signed-in Hugging Face user may annotate **{md_text(studio.project)}**. To restrict it, "
-            f"run `diffjev members --project {md_text(studio.project)} user1,user2`."
+            # a code span shows references as written; a project name holds no backtick (repo.PROJECT_NAME)
+            f"run `diffjev members --project {studio.project} user1,user2`."
         )
     return f"Members of **{md_text(studio.project)}**: {md_text(', '.join(members))}."
 
