@@ -8,19 +8,26 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class CannedFault:
-    """Answers every POST with a fixed status and body (a 500, malformed JSON, JSON without logprobs)."""
+    """Answers every request with a fixed status and body (a 500, malformed JSON, JSON without logprobs,
+    an internal service's secret), and records each request it got as "METHOD /path" in `requests`."""
 
     def __init__(self, status: int, body: bytes, content_type: str = "application/json"):
-        status_, body_, type_ = status, body, content_type
+        # read at each request, so a test can change what the server answers between requests
+        self.status, self.body, self.content_type = status, body, content_type
+        self.requests: list[str] = []
+        fault = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                self.send_response(status_)
-                self.send_header("Content-Type", type_)
-                self.send_header("Content-Length", str(len(body_)))
+            def _answer(self):
+                fault.requests.append(f"{self.command} {self.path}")
+                self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
+                self.send_response(fault.status)
+                self.send_header("Content-Type", fault.content_type)
+                self.send_header("Content-Length", str(len(fault.body)))
                 self.end_headers()
-                self.wfile.write(body_)
+                self.wfile.write(fault.body)
+
+            do_GET = do_POST = _answer
 
             def log_message(self, *args):
                 pass

@@ -6,8 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from gradio_client import Client
@@ -15,45 +13,16 @@ from gradio_client import Client
 from diffjev.engines.base import EngineError
 from diffjev.engines.jev_api import JevAPIEngine
 from diffjev.services.engine_access import allowed_model
+from faulty_servers import CannedFault
 from studio_fixtures import serve_studio, studio_db
 
 SECRET = "SECRET-INTERNAL-TOKEN-42"
 
 
-class Recorder:
-    """A local HTTP service that records every request it gets and answers each with a canned status and
-    body: an internal service holding a secret, or a misbehaving engine server."""
-
-    def __init__(self, status: int = 200, body: bytes = SECRET.encode(), content_type: str = "text/plain"):
-        self.status, self.body, self.content_type = status, body, content_type
-        self.requests: list[str] = []
-        recorder = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _answer(self):
-                recorder.requests.append(f"{self.command} {self.path}")
-                self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
-                self.send_response(recorder.status)
-                self.send_header("Content-Type", recorder.content_type)
-                self.send_header("Content-Length", str(len(recorder.body)))
-                self.end_headers()
-                self.wfile.write(recorder.body)
-
-            do_GET = do_POST = _answer
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self):
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+def Recorder(status: int = 200, body: bytes = SECRET.encode(), content_type: str = "text/plain") -> CannedFault:  # noqa: N802
+    """A local service that records every request it gets: an internal service holding a secret, or a
+    misbehaving engine server."""
+    return CannedFault(status, body, content_type)
 
 
 @pytest.fixture(scope="module")
