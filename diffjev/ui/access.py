@@ -27,6 +27,9 @@ log = logging.getLogger("diffjev")
 
 # Routes a visitor needs before signing in with Hugging Face: the sign-in itself and its callback.
 SIGN_IN_ROUTES = ("/login/huggingface", "/login/callback", "/logout", "/favicon.ico")
+# Gradio's own scripts, styles and icons: the same for everyone, no project's data. A page load fetches
+# dozens of them, so a signed-in user's membership is not read from the database for each one.
+ASSET_PREFIXES = ("/assets/", "/static/", "/svelte/", "/favicon.ico", "/theme.css", "/gradio_api/theme.css")
 SESSION_MAX_AGE = 14 * 24 * 60 * 60  # Starlette's SessionMiddleware default, which Gradio's OAuth uses
 
 
@@ -123,7 +126,8 @@ class AccessGate:
                 return
         elif self.password_user is not None:
             user = self.password_user(connection)
-        if user is not None and path != "/logout" and not self.may_use(user):  # anyone may sign out
+        open_to_all = path == "/logout" or path.startswith(ASSET_PREFIXES)  # anyone may sign out
+        if user is not None and not open_to_all and not self.may_use(user):
             log.warning(
                 "refused %s %s: %r is not a member of project %r", scope.get("method", "WS"), path, user, self.project
             )
