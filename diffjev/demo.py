@@ -23,6 +23,10 @@ TICKETS_SCHEMA = {
     ],
 }
 
+# The demo project: the tickets' schema, with each ticket's gold team (`expected_team`, for checking the
+# model) kept off the annotator's card so it cannot lead the answer. It stays in the item and its exports.
+DEMO_PROJECT_SCHEMA = {**TICKETS_SCHEMA, "hidden_fields": ["expected_team"]}
+
 _OPENINGS = ["Hi team,", "Hello,", "URGENT:", "Hey there,", "Good morning,", "To whom it may concern,"]
 _PROBLEMS = [
     ("the whole dashboard is down and nothing loads", "technical"),

@@ -78,6 +78,8 @@ class Schema:
     instructions: str = ""
     template: Template = field(default=None)  # type: ignore[assignment]
     sampling: SamplingPolicy = SamplingPolicy()
+    # Item fields kept off the annotator's card (a gold answer, an internal note): still stored and exported.
+    hidden_fields: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.template is None:
@@ -99,7 +101,7 @@ class Schema:
         """
         if not isinstance(data, Mapping):
             raise SchemaError("a schema must be a JSON object with a 'questions' field")
-        known = {"instructions", "questions", "template", "samples", "auto_threshold", "auto_max"}
+        known = {"instructions", "questions", "template", "samples", "auto_threshold", "auto_max", "hidden_fields"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise SchemaError(
@@ -137,7 +139,7 @@ class Schema:
             template = Template.parse(template_text)
         else:
             raise SchemaError("the template must be text with one {question_id} slot per question", field="template")
-        return cls(tuple(questions), instructions, template, sampling)
+        return cls(tuple(questions), instructions, template, sampling, _hidden_fields(data.get("hidden_fields")))
 
     def to_dict(self) -> dict[str, Any]:
         """The native JSON form; `Schema.from_dict(s.to_dict()) == s`."""
@@ -149,6 +151,8 @@ class Schema:
         out["samples"] = self.sampling.samples
         out["auto_threshold"] = self.sampling.auto_threshold
         out["auto_max"] = self.sampling.auto_max
+        if self.hidden_fields:
+            out["hidden_fields"] = list(self.hidden_fields)
         return out
 
     def to_jev_questions(self) -> dict[str, dict[str, Any]]:
@@ -318,6 +322,21 @@ def _labels(kind: str, n: int) -> tuple[str, ...]:
     if kind == "score" and n <= len(DIGITS):
         return DIGITS[:n]
     return LETTERS[:n]
+
+
+def _hidden_fields(raw: Any) -> tuple[str, ...]:
+    """The item fields annotators do not see: a list of field names, each once."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(name, str) and name.strip() for name in raw):
+        raise SchemaError(
+            'list the item fields annotators must not see by name, e.g. ["expected_team"]', field="hidden_fields"
+        )
+    names = tuple(name.strip() for name in raw)
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise SchemaError(f"{', '.join(map(repr, twice))} is listed twice; name each field once", field="hidden_fields")
+    return names
 
 
 def _sampling(data: Mapping[str, Any]) -> SamplingPolicy:

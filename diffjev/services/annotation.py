@@ -13,7 +13,11 @@ Queues, for one question (see `diffjev.active` for what each measure is for):
   someone else, for annotator agreement;
 - `changed`: answered items whose suggestion changed in the latest run since the human saw it;
 - `blind`: a random open item with the suggestion hidden, so answers there measure the model's
-  calibration without the pull of its suggestion.
+  calibration without the pull of its suggestion;
+- `skipped`: the items this annotator skipped, the longest-skipped first. A skipped item leaves every
+  other queue of this annotator (others still get it) until it is answered here, or the skip is undone.
+
+An empty queue has a reason a person can act on: `empty_queue_reason`.
 """
 
 from __future__ import annotations
@@ -24,14 +28,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
+from sqlalchemy.orm import aliased
 
 from diffjev import active
 from diffjev import calibration as cal
 from diffjev.schema import Question, Schema
 from diffjev.storage import repo
 from diffjev.storage.db import Database
-from diffjev.storage.models import Event, Response, Suggestion, utcnow
+from diffjev.storage.models import Event, Item, ItemRead, Response, Run, Suggestion, utcnow
 
 STRATEGIES = (
     "in_order",
@@ -45,6 +50,7 @@ STRATEGIES = (
     "overlap",
     "changed",
     "blind",
+    "skipped",
 )
 DIVERSE_CANDIDATES = 200  # the least confident open items the diverse queue spreads over
 DIVERSE_CLUSTERS = 8
@@ -103,6 +109,9 @@ def next_card(
         exclude = repo.leased_by_others(session, row, annotator, now) + claimed_by_others
         if skip_item is not None:
             exclude.append(skip_item)
+        if strategy == "skipped":
+            return _next_skipped(session, row, annotator, exclude)
+        exclude += _skipped_items(session, row, annotator)  # out of this annotator's queues until answered
         if run_id is None:
             item_id = repo.next_unlabeled_item(session, project_id, row, exclude)
         elif strategy == "blind":
@@ -151,6 +160,43 @@ def overlap_percent() -> int:
     return max(0, min(100, value))
 
 
+def _skipped_items(session, row: int, annotator: str) -> list[int]:
+    """The items this annotator skipped for a question and has not answered since."""
+    return list(
+        session.scalars(
+            select(Response.item_id).where(
+                Response.question_id == row, Response.annotator == annotator, Response.status == "skipped"
+            )
+        )
+    )
+
+
+def _open_skips(row: int, annotator: str):
+    """The items this annotator skipped for a question that nobody has answered since, oldest skip first."""
+    other = aliased(Response)
+    answered = select(other.id).where(
+        other.item_id == Response.item_id, other.question_id == row, other.status == "submitted"
+    )
+    return (
+        select(Response.item_id)
+        .where(
+            Response.question_id == row,
+            Response.annotator == annotator,
+            Response.status == "skipped",
+            ~answered.exists(),
+        )
+        .order_by(Response.updated_at, Response.id)
+    )
+
+
+def _next_skipped(session, row: int, annotator: str, exclude: list[int]) -> int | None:
+    """The item this annotator skipped longest ago (skipping it again sends it to the end)."""
+    query = _open_skips(row, annotator)
+    if exclude:
+        query = query.where(Response.item_id.not_in(exclude))
+    return session.scalar(query.limit(1))
+
+
 def _diverse_pick(session, run_id: int, row: int, annotator: str, exclude: list[int]) -> int | None:
     """The most uncertain candidate from a cluster this annotator has not seen in their last answers."""
     candidates = repo.open_candidates(session, run_id, row, "least_confidence", exclude, DIVERSE_CANDIDATES)
@@ -175,6 +221,7 @@ def load_card(
 ) -> Card:
     with db.read() as session:
         item = repo.project_item(session, project_id, item_id)
+        hidden = set(repo.version_schema(repo.latest_version(session, project_id))[0].hidden_fields)
         suggestion = None
         if run_id is not None and not blind:
             s = session.scalar(
@@ -202,7 +249,7 @@ def load_card(
             item.id,
             item.external_id,
             item.text,
-            dict(item.fields),
+            {name: value for name, value in item.fields.items() if name not in hidden},
             question,
             row,
             suggestion,
@@ -260,28 +307,37 @@ def answer(
     return db.write(work)
 
 
-def undo_last(db: Database, project_id: int, annotator: str) -> tuple[int, int] | None:
-    """Take back the annotator's last answer still standing; returns its (item id, question row)."""
+def undo_mark(db: Database, project_id: int) -> int:
+    """Where an annotating session starts: the project's newest event. Undo never goes back past it."""
+    with db.read() as session:
+        return session.scalar(select(func.max(Event.id)).where(Event.project_id == project_id)) or 0
+
+
+def undo_last(
+    db: Database, project_id: int, annotator: str, question_row: int | None = None, since_event: int | None = None
+) -> tuple[int, int] | None:
+    """Take back the annotator's last answer still standing; returns its (item id, question row), or None
+    when nothing is left. With `question_row` and `since_event` (an `undo_mark`), only an answer to that
+    question given in that session: undo never switches question or reaches into an earlier session."""
+    answers = select(Event).where(
+        Event.project_id == project_id,
+        Event.actor == annotator,
+        Event.kind.in_(("response.submitted", "response.skipped")),
+    )
+    if question_row is not None:
+        answers = answers.where(Event.question_id == question_row)
+    if since_event is not None:
+        answers = answers.where(Event.id > since_event)
+
+    undos = select(Event).where(
+        Event.project_id == project_id, Event.actor == annotator, Event.kind == "response.undone"
+    )
+    if since_event is not None:
+        undos = undos.where(Event.id > since_event)
 
     def work(session) -> tuple[int, int] | None:
-        undone = {
-            e.payload.get("undoes")
-            for e in session.scalars(
-                select(Event).where(
-                    Event.project_id == project_id, Event.actor == annotator, Event.kind == "response.undone"
-                )
-            )
-        }
-        for event in session.scalars(
-            select(Event)
-            .where(
-                Event.project_id == project_id,
-                Event.actor == annotator,
-                Event.kind.in_(("response.submitted", "response.skipped")),
-            )
-            .order_by(Event.id.desc())
-            .limit(200)
-        ):
+        undone = {e.payload.get("undoes") for e in session.scalars(undos)}
+        for event in session.scalars(answers.order_by(Event.id.desc()).limit(200)):
             if event.id in undone:
                 continue
             response = session.get(Response, event.payload["response_id"])
@@ -305,6 +361,142 @@ def undo_last(db: Database, project_id: int, annotator: str) -> tuple[int, int] 
         return None
 
     return db.write(work)
+
+
+TWO_RUN_QUEUES = {
+    "run_disagreement": "compares the answers of the two latest pre-label runs",
+    "changed": "brings back answered items whose suggestion changed in a newer pre-label run",
+}
+
+
+def empty_queue_reason(db: Database, project_name: str, question_key: str, strategy: str, annotator: str) -> str:
+    """Why a queue has no item for this annotator now, and what to do about it: one or two sentences for
+    the page, asked for when `next_card` returned None."""
+    project_id, schema, rows, run_id = project_schema(db, project_name)
+    question = project_question(schema, question_key)
+    row, qid = rows[question_key], question.id
+    with db.read() as session:
+        items = repo.count_items(session, project_id)
+        runs = session.scalar(select(func.count()).select_from(Run).where(Run.project_id == project_id)) or 0
+        run = repo.latest_run(session, project_id)
+        others = _answers_by_others(session, row, annotator)
+        skipped = len(session.scalars(_open_skips(row, annotator)).all())
+        if items == 0:
+            return "The project has no items yet: import some in the Import tab."
+        if strategy == "skipped":
+            return f"You have no skipped items for **{qid}**: an item you skip (S) waits here until you answer it."
+        structural = _structural_reason(strategy, qid, runs, others)
+        if structural:
+            return structural
+        if run is not None and run.status == "running":
+            read = session.scalar(select(func.count()).select_from(ItemRead).where(ItemRead.run_id == run.id)) or 0
+            return (
+                f"Pre-labels are still being read: {read} of {items} items done. This queue fills as the reads "
+                "are stored; press Start again in a moment, or choose 'Unlabeled, in order' to answer meanwhile."
+            )
+        if run is not None and strategy not in ("second_opinion", "overlap"):
+            reason = _run_reason(session, run, row, qid)
+            if reason:
+                return reason
+        unanswered = _unanswered(session, project_id, row)
+        unread = _unanswered(session, project_id, row, without_suggestion_in=run.id) if run is not None else 0
+        held = len(repo.leased_by_others(session, row, annotator, utcnow()))
+    if unanswered == 0 and strategy not in ("second_opinion", "overlap"):
+        return f"Every item has an answer to **{qid}**. Choose another question, or review the answers."
+    return _leftover_reason(strategy, qid, unanswered, skipped, held, unread)
+
+
+def _structural_reason(strategy: str, qid: str, runs: int, others: int) -> str | None:
+    """A queue that cannot have items yet, whatever has been answered: it needs a second run or another
+    annotator's answers."""
+    if strategy in TWO_RUN_QUEUES and runs < 2:
+        there = "there is one" if runs == 1 else "there are none"
+        return (
+            f"This queue {TWO_RUN_QUEUES[strategy]}; {there}. Start another run in the Pre-label tab "
+            "(another model, or after a schema change), then come back."
+        )
+    if strategy == "second_opinion" and others == 0:
+        return (
+            f"This queue needs a second annotator's answers: it serves items another annotator answered "
+            f"differently from the model, and nobody else has answered **{qid}** yet."
+        )
+    if strategy == "overlap":
+        share = overlap_percent()
+        if share == 0:
+            return "DIFFJEV_OVERLAP is 0, so no item is shared between annotators; set it (e.g. 10) and restart."
+        if others == 0:
+            return (
+                f"This queue needs a second annotator's answers: it gives you the {share}% of items another "
+                f"annotator has answered once, and nobody else has answered **{qid}** yet."
+            )
+    return None
+
+
+def _run_reason(session, run: Run, row: int, qid: str) -> str | None:
+    """The latest run holds no suggestion for this question: it failed, or read an older schema."""
+    suggested = session.scalar(
+        select(func.count()).select_from(Suggestion).where(Suggestion.run_id == run.id, Suggestion.question_id == row)
+    )
+    if suggested:
+        return None
+    if run.status == "failed":
+        return (
+            f"The latest pre-label run (#{run.id}) failed with no reads: {run.error or 'no error was kept'}. "
+            "Start another in the Pre-label tab."
+        )
+    return (
+        f"The latest pre-label run (#{run.id}) has no suggestions for **{qid}** (it read an older schema, or "
+        "was stopped). Start a run in the Pre-label tab."
+    )
+
+
+def _leftover_reason(strategy: str, qid: str, unanswered: int, skipped: int, held: int, unread: int) -> str:
+    """Open items remain, but none for this annotator in this queue: say where they are."""
+    parts = []
+    if unread and strategy not in ("second_opinion", "overlap", "changed"):
+        parts.append(
+            f"{unread} {'has' if unread == 1 else 'have'} no suggestion from the latest run "
+            "(imported after it: pre-label them in the Pre-label tab)"
+        )
+    if skipped:
+        parts.append(f"you skipped {skipped} (choose the 'Skipped' queue to see them again)")
+    if held:
+        parts.append(f"{held} {'is' if held == 1 else 'are'} being answered by other annotators right now")
+    where = f" Of the {unanswered} items without an answer to **{qid}**, " + " and ".join(parts) + "." if parts else ""
+    if strategy == "run_disagreement":
+        return "The two latest runs agree on every open item." + where
+    if strategy == "changed":
+        return "No answered item's suggestion changed in the latest run." + where
+    if strategy == "second_opinion":
+        return "Where another annotator disagrees with the model, you have answered already." + where
+    if strategy == "overlap":
+        return f"Every item in the {overlap_percent()}% double-annotation share has its second answer." + where
+    return f"No open item is left for you in this queue.{where}"
+
+
+def _answers_by_others(session, row: int, annotator: str) -> int:
+    return (
+        session.scalar(
+            select(func.count())
+            .select_from(Response)
+            .where(Response.question_id == row, Response.annotator != annotator, Response.status == "submitted")
+        )
+        or 0
+    )
+
+
+def _unanswered(session, project_id: int, row: int, without_suggestion_in: int | None = None) -> int:
+    """Items nobody has answered for a question; with a run id, only those that run has no suggestion for."""
+    answered = select(Response.id).where(
+        Response.item_id == Item.id, Response.question_id == row, Response.status == "submitted"
+    )
+    query = select(func.count()).select_from(Item).where(Item.project_id == project_id, ~answered.exists())
+    if without_suggestion_in is not None:
+        suggested = select(Suggestion.id).where(
+            Suggestion.item_id == Item.id, Suggestion.question_id == row, Suggestion.run_id == without_suggestion_in
+        )
+        query = query.where(~suggested.exists())
+    return session.scalar(query) or 0
 
 
 def progress(db: Database, project_id: int, question_row: int) -> tuple[int, int]:

@@ -18,7 +18,7 @@ from starlette.routing import Mount
 from diffjev import passwords
 from diffjev.api import jev_router, password_matches
 from diffjev.auth_throttle import ClientAddress, LoginThrottle, Throttled, current_address
-from diffjev.demo import TICKETS_SCHEMA, demo_tickets
+from diffjev.demo import DEMO_PROJECT_SCHEMA, demo_tickets
 from diffjev.engines.auto import ChosenEngine, EngineChoice, choose_engine
 from diffjev.engines.base import EngineError
 from diffjev.models import ModelLoadError
@@ -73,7 +73,7 @@ def ensure_project(db: Database, actor: str = "studio") -> tuple[str, bool]:
     if names:
         return names[0], False
     with db.session() as session:
-        repo.create_project(session, DEMO_PROJECT, Schema.from_dict(TICKETS_SCHEMA), actor)
+        repo.create_project(session, DEMO_PROJECT, Schema.from_dict(DEMO_PROJECT_SCHEMA), actor)
     import pandas as pd
 
     import_items(db, DEMO_PROJECT, pd.DataFrame(demo_tickets()), id_field="id", actor=actor)
