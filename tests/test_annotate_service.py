@@ -112,11 +112,11 @@ def test_every_answered_and_skipped_leftovers_are_explained(db):
         status = "skipped" if len(cards) <= 2 else "submitted"
         annotation.answer(db, card, "ann", None if status == "skipped" else "no", seconds=1.0, status=status)
     reason = annotation.empty_queue_reason(db, "p", "urgent", "least_confidence", "ann")
-    assert "Of the 2 items without an answer to **urgent**, you skipped 2" in reason and "'Skipped'" in reason
+    assert "Of the 2 items without an answer to urgent, you skipped 2" in reason and "'Skipped'" in reason
     for _ in range(2):
         card = annotation.next_card(db, "p", "urgent", "skipped", "ann")
         annotation.answer(db, card, "ann", "yes", seconds=1.0)
-    assert "Every item has an answer to **urgent**" in annotation.empty_queue_reason(
+    assert "Every item has an answer to urgent" in annotation.empty_queue_reason(
         db, "p", "urgent", "least_confidence", "ann"
     )
 

@@ -384,7 +384,7 @@ def empty_queue_reason(db: Database, project_name: str, question_key: str, strat
         if items == 0:
             return "The project has no items yet: import some in the Import tab."
         if strategy == "skipped":
-            return f"You have no skipped items for **{qid}**: an item you skip (S) waits here until you answer it."
+            return f"You have no skipped items for {qid}: an item you skip (S) waits here until you answer it."
         structural = _structural_reason(strategy, qid, runs, others)
         if structural:
             return structural
@@ -402,7 +402,7 @@ def empty_queue_reason(db: Database, project_name: str, question_key: str, strat
         unread = _unanswered(session, project_id, row, without_suggestion_in=run.id) if run is not None else 0
         held = len(repo.leased_by_others(session, row, annotator, utcnow()))
     if unanswered == 0 and strategy not in ("second_opinion", "overlap"):
-        return f"Every item has an answer to **{qid}**. Choose another question, or review the answers."
+        return f"Every item has an answer to {qid}. Choose another question, or review the answers."
     return _leftover_reason(strategy, qid, unanswered, skipped, held, unread)
 
 
@@ -418,7 +418,7 @@ def _structural_reason(strategy: str, qid: str, runs: int, others: int) -> str |
     if strategy == "second_opinion" and others == 0:
         return (
             f"This queue needs a second annotator's answers: it serves items another annotator answered "
-            f"differently from the model, and nobody else has answered **{qid}** yet."
+            f"differently from the model, and nobody else has answered {qid} yet."
         )
     if strategy == "overlap":
         share = overlap_percent()
@@ -427,7 +427,7 @@ def _structural_reason(strategy: str, qid: str, runs: int, others: int) -> str |
         if others == 0:
             return (
                 f"This queue needs a second annotator's answers: it gives you the {share}% of items another "
-                f"annotator has answered once, and nobody else has answered **{qid}** yet."
+                f"annotator has answered once, and nobody else has answered {qid} yet."
             )
     return None
 
@@ -445,7 +445,7 @@ def _run_reason(session, run: Run, row: int, qid: str) -> str | None:
             "Start another in the Pre-label tab."
         )
     return (
-        f"The latest pre-label run (#{run.id}) has no suggestions for **{qid}** (it read an older schema, or "
+        f"The latest pre-label run (#{run.id}) has no suggestions for {qid} (it read an older schema, or "
         "was stopped). Start a run in the Pre-label tab."
     )
 
@@ -462,7 +462,7 @@ def _leftover_reason(strategy: str, qid: str, unanswered: int, skipped: int, hel
         parts.append(f"you skipped {skipped} (choose the 'Skipped' queue to see them again)")
     if held:
         parts.append(f"{held} {'is' if held == 1 else 'are'} being answered by other annotators right now")
-    where = f" Of the {unanswered} items without an answer to **{qid}**, " + " and ".join(parts) + "." if parts else ""
+    where = f" Of the {unanswered} items without an answer to {qid}, " + " and ".join(parts) + "." if parts else ""
     if strategy == "run_disagreement":
         return "The two latest runs agree on every open item." + where
     if strategy == "changed":

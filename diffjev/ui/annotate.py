@@ -1,5 +1,6 @@
 """The Annotate tab: one item and one question at a time, the model's distribution beside it, and a key
-for every action (Enter or A accepts, 1-9 picks an answer, S skips, U undoes)."""
+for every action (Enter or A accepts, 1-9 picks an answer, S skips, U or Backspace undoes). Clicking an
+answer in the distribution picks it. Undo reaches back only to when Start was pressed, on that question."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ from diffjev.storage import repo
 from diffjev.ui.context import Studio, md_text, refusal
 
 MAX_KEYS = 9
-HELP = "**Keys:** Enter or A accept the model's answer · 1–9 pick an answer · S skip · U undo"
+HELP = (
+    "**Keys:** Enter or A accept the model's answer · 1–9 pick an answer (or click it in the distribution) · "
+    "S skip (it waits in the Skipped queue) · U or Backspace undo (back to when you pressed Start)"
+)
 QUEUES = {
     "Unlabeled, in order": "in_order",
     "Least confidence first": "least_confidence",
@@ -29,7 +33,9 @@ QUEUES = {
     "Double annotation (agreement share)": "overlap",
     "Changed since answered (after a new run)": "changed",
     "Blind slice (suggestion hidden)": "blind",
+    "Skipped (the items you skipped)": "skipped",
 }
+NOTHING_TO_UNDO = "Nothing left to undo in this session (undo goes back to when you pressed Start, on this question)."
 
 # Keyboard shortcuts: Gradio has none built in, so a small script clicks the tab's buttons by id. Keys
 # are ignored while typing in a field, and act only while the Annotate tab is on screen.
@@ -83,6 +89,17 @@ def item_html(card: annotation.Card) -> str:
     )
 
 
+def options_html(question) -> str:
+    """The answers with their keys and the schema's descriptions, escaped: a description is anyone's text."""
+    rows = "".join(
+        f"<li><kbd>{i + 1 if i < MAX_KEYS else '·'}</kbd> <b>{html.escape(a.name)}</b>"
+        + (f" — {html.escape(a.description)}" if a.description else "")
+        + "</li>"
+        for i, a in enumerate(question.alternatives)
+    )
+    return f"<ul class='dj-options' style='list-style: none; padding-left: 0'>{rows}</ul>"
+
+
 def build(studio: Studio) -> None:
     with gr.Row():
         # Filled when the page loads, so the page and API description served before a login hold none of the
@@ -97,7 +114,8 @@ def build(studio: Studio) -> None:
             item = gr.HTML(elem_id="item")
         with gr.Column(scale=2):
             prompt = gr.HTML(elem_id="question-text")  # instructions_html: Markdown would load images
-            distribution = gr.Label(label="Model's distribution", elem_id="distribution")
+            options = gr.HTML(elem_id="answer-options")
+            distribution = gr.Label(label="Model's distribution (click an answer to pick it)", elem_id="distribution")
             info = gr.Markdown(elem_id="suggestion-info")
     with gr.Row():
         accept = gr.Button("Accept (Enter)", variant="primary", elem_id="accept")
@@ -108,14 +126,20 @@ def build(studio: Studio) -> None:
         any_answer = gr.Dropdown([], label="Any answer", elem_id="pick-any")
         give = gr.Button("Answer", elem_id="pick-any-go")
     state = gr.State(None)
-    outputs = [state, progress, item, prompt, distribution, info, accept, *picks, any_answer]
+    outputs = [state, progress, item, prompt, options, distribution, info, accept, *picks, any_answer]
 
-    def show(card: annotation.Card | None, strategy: str, note: str = "") -> tuple:
+    def show(card: annotation.Card | None, annotating: dict, who: str, note: str = "") -> tuple:
+        """The page for a card, or for an empty queue with its reason. `annotating` is what Start set up
+        (queue, question, undo mark); it stays in the state when the queue is empty, so undo still works."""
+        annotating = {**annotating, "card": card, "shown_at": time.monotonic()}
         if card is None:
-            empty = "**Nothing left in this queue.** " + note
+            reason = annotation.empty_queue_reason(
+                studio.db, studio.project, annotating["question"], annotating["strategy"], who
+            )
             return (
-                None,
-                empty,
+                annotating,
+                f"{note} **Nothing left in this queue.** {md_text(reason)}".strip(),
+                "",
                 "",
                 "",
                 None,
@@ -145,12 +169,12 @@ def build(studio: Studio) -> None:
             )
             for i in range(MAX_KEYS)
         ]
-        session = {"card": card, "shown_at": time.monotonic(), "strategy": strategy}
         return (
-            session,
+            annotating,
             line,
             item_html(card),
             instructions_html(card.question.instructions),
+            options_html(card.question),
             label,
             text,
             gr.update(interactive=s is not None),
@@ -162,15 +186,19 @@ def build(studio: Studio) -> None:
         strategy = QUEUES.get(queue_name)
         if strategy is None:
             raise refusal(f"no queue named {queue_name!r}; choose one from the list")
-        key = key or studio.schema()[1].questions[0].id  # Start pressed before the page filled the list
+        project_id, schema, rows, _ = studio.schema()
+        key = key or schema.questions[0].id  # Start pressed before the page filled the list
+        who = studio.annotator(request)
+        # The session starts here: undo takes back answers to this question given from now on, nothing older.
+        mark = annotation.undo_mark(studio.db, project_id)
         try:
-            card = annotation.next_card(studio.db, studio.project, key, strategy, studio.annotator(request))
+            card = annotation.next_card(studio.db, studio.project, key, strategy, who)
         except (ValueError, repo.NotFound) as exc:  # a setting a person can fix (DIFFJEV_OVERLAP), a wrong id
             raise refusal(exc) from None
-        return show(card, strategy)
+        return show(card, {"strategy": strategy, "question": key, "row": rows[key], "mark": mark}, who)
 
     def respond(session: dict | None, value: str | None, status: str, request: gr.Request) -> tuple:
-        if not session:
+        if not session or session.get("card") is None:
             raise gr.Error("Press Start to take an item from the queue first.")
         card, strategy = session["card"], session["strategy"]
         who = studio.annotator(request)
@@ -184,7 +212,11 @@ def build(studio: Studio) -> None:
             who,
             skip_item=card.item_id if status == "skipped" else None,
         )
-        return show(following, strategy, note=f"Saved {md_text(value or 'skip')} for the last item.")
+        if status == "skipped":
+            note = "Skipped the last item: it waits in the 'Skipped' queue."
+        else:
+            note = f"Saved {md_text(value)} for the last item."
+        return show(following, session, who, note=note)
 
     def accept_answer(session: dict | None, request: gr.Request) -> tuple:
         card = session["card"] if session else None
@@ -192,26 +224,34 @@ def build(studio: Studio) -> None:
             raise gr.Error("There is no suggestion to accept here; pick an answer with its number.")
         return respond(session, card.suggestion["answer"] if card else None, "submitted", request)
 
-    def undo_last(session: dict | None, key: str, queue_name: str, request: gr.Request) -> tuple:
+    def only_a_note(note: str) -> tuple:
+        """The page as it is, with a note in the progress line."""
+        return tuple(note if output is progress else gr.update() for output in outputs)
+
+    def undo_last(session: dict | None, request: gr.Request) -> tuple:
+        if not session:  # Start not pressed: this session has answered nothing
+            return only_a_note(NOTHING_TO_UNDO)
         who = studio.annotator(request)
         project_id, schema, rows, run_id = studio.schema()
-        back = annotation.undo_last(studio.db, project_id, who)
-        strategy = session["strategy"] if session else QUEUES[queue_name]
+        # Only this session's question, and only since Start: the card never switches question under the
+        # dropdown, and an earlier session's answers are never taken back by a key pressed now.
+        back = annotation.undo_last(studio.db, project_id, who, session["row"], session["mark"])
         if back is None:
-            return show(session["card"] if session else None, strategy, note="Nothing to undo.")
+            if session["card"] is None:
+                return only_a_note(NOTHING_TO_UNDO)
+            return show(session["card"], session, who, note=NOTHING_TO_UNDO)
         item_id, row = back
-        key = next(k for k, r in rows.items() if r == row)
         card = annotation.load_card(
             studio.db,
             project_id,
             item_id,
-            schema.question(key),
+            annotation.project_question(schema, session["question"]),
             row,
             run_id,
             who,
-            blind=session["card"].blind if session else False,
+            blind=session["strategy"] == "blind",
         )
-        return show(card, strategy, note="Undone: the last answer is back for another look.")
+        return show(card, session, who, note="Undone: the last answer is back for another look.")
 
     def picker(k: int):
         def pick(session: dict | None, request: gr.Request) -> tuple:
@@ -228,6 +268,12 @@ def build(studio: Studio) -> None:
     def skip_item(session: dict | None, request: gr.Request) -> tuple:
         return respond(session, None, "skipped", request)
 
+    def click_answer(session: dict | None, clicked: gr.SelectData, request: gr.Request) -> tuple:
+        card = session["card"] if session else None
+        if card is None or clicked.value not in card.question.names:
+            raise gr.Error("Press Start to take an item from the queue first.")
+        return respond(session, clicked.value, "submitted", request)
+
     def questions() -> Any:  # the schema may have a new version since the server started
         current = [q.id for q in studio.schema()[1].questions]
         return gr.update(choices=current, value=current[0])
@@ -242,4 +288,5 @@ def build(studio: Studio) -> None:
         button.click(picker(k), [state], outputs, api_name=f"pick_{k + 1}", **fast)
     skip.click(skip_item, [state], outputs, api_name="skip", **fast)
     give.click(give_answer, [state, any_answer], outputs, api_name="answer", **fast)
-    undo.click(undo_last, [state, question, queue], outputs, api_name="undo", **fast)
+    undo.click(undo_last, [state], outputs, api_name="undo", **fast)
+    distribution.select(click_answer, [state], outputs, api_name="pick_clicked", **fast)

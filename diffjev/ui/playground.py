@@ -19,6 +19,12 @@ from diffjev.schema import Schema, SchemaError
 
 DEMO_SCHEMA = {**TICKETS_SCHEMA, "samples": "auto"}
 DEMO_STATE = "Everything is down and we have a demo at noon."
+# One answer has two probabilities, named apart on the page: the Jev JSON calls the second `confidence`.
+CONFIDENCE_NOTE = (
+    "**confidence**: the answer's probability normalised over the question's answers. "
+    "**full-vocabulary probability**: the same answer's probability over the model's whole vocabulary "
+    "(confidence × label mass), which the Jev JSON calls `confidence`, as the Jev wire format does."
+)
 
 
 def distribution_html(decision: Decision) -> str:
@@ -33,7 +39,8 @@ def distribution_html(decision: Decision) -> str:
         spread = f", ± {answer.stderr:.3f} over {answer.draws} draws" if answer.stderr is not None else ""
         rows.append(
             f"<div class='dj-q'><b>{html.escape(qid)}</b>: {html.escape(answer.answer)} "
-            f"(confidence {answer.confidence:.3f}{spread}; label mass {answer.label_mass:.3g})"
+            f"(confidence {answer.confidence:.3f}{spread}; full-vocabulary probability "
+            f"{answer.full_vocab_confidence:.3g} = confidence × label mass {answer.label_mass:.3g})"
             f"{bars}</div>"
         )
     return "".join(rows)
@@ -83,5 +90,6 @@ def build(chosen: ChosenEngine) -> None:
         with gr.Column():
             status = gr.Markdown(elem_id="try-status")
             bars = gr.HTML(elem_id="try-distributions")
-            jev = gr.JSON(label="Jev answer shapes")
+            gr.Markdown(CONFIDENCE_NOTE, elem_id="try-confidence-note")
+            jev = gr.JSON(label="Jev answer shapes (their confidence: the full-vocabulary probability)")
     go.click(run, [schema_box, state_box], [bars, jev, status], api_name="read")
