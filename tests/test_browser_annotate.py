@@ -95,6 +95,10 @@ def test_undo_stays_in_the_session_and_its_question(browser, tmp_path, dgemma_en
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(server.url)
         assert "Backspace" in page.inner_text("#keys-help")
+        page.get_by_role("tab", name="Project").click()  # the setting is part of the schema a person edits
+        page.wait_for_function("document.querySelector('#schema-json').innerText.includes('hidden_fields')")
+        assert '"expected_team"' in page.inner_text("#schema-json")
+        page.get_by_role("tab", name="Annotate").click()
         # An earlier session on "team": its answers must survive every undo of the next session.
         start(page, "team", "Unlabeled, in order")
         page.wait_for_function("document.querySelector('#question-text').innerText.includes('Which team')")
