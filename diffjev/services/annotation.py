@@ -7,13 +7,18 @@ Queues, for one question (see `diffjev.active` for what each measure is for):
 - `stderr`: the items whose top probability moved most across noise draws;
 - `diverse`: the least confident, spread across clusters of the item texts, so one near-duplicate
   template cannot fill the queue;
-- `run_disagreement`: items the latest run and the one before answer differently;
+- `run_disagreement`: items the run (the picked one, else the latest that read anything) and the one
+  before it answer differently;
 - `second_opinion`: items another annotator answered differently from the model, for a second human;
 - `overlap`: the double-annotation share ($DIFFJEV_OVERLAP percent of items, default 10) answered once by
   someone else, for annotator agreement;
-- `changed`: answered items whose suggestion changed in the latest run since the human saw it;
+- `changed`: answered items whose suggestion changed in the run (as above) since the human saw it;
 - `blind`: a random open item with the suggestion hidden, so answers there measure the model's
   calibration without the pull of its suggestion.
+
+Unless a run is picked, a queue reads each item's current suggestion: the one from the latest run that
+read the item. A refused or failed run, or one still reading, never empties a queue or hides the
+suggestions already there.
 """
 
 from __future__ import annotations
@@ -69,11 +74,11 @@ class Card:
 
 
 def project_schema(db: Database, project_name: str) -> tuple[int, Schema, dict[str, int], int | None]:
-    """(project id, schema, question rows, latest run id) of a project."""
+    """(project id, schema, question rows, id of the latest run that read anything) of a project."""
     with db.read() as session:
         project = repo.get_project(session, project_name)
         schema, rows = repo.version_schema(repo.latest_version(session, project.id))
-        run = repo.latest_run(session, project.id)
+        run = repo.latest_read_run(session, project.id)
         return project.id, schema, rows, run.id if run else None
 
 
@@ -88,12 +93,24 @@ def project_question(schema: Schema, key: str) -> Question:
 
 
 def next_card(
-    db: Database, project_name: str, question_key: str, strategy: str, annotator: str, skip_item: int | None = None
+    db: Database,
+    project_name: str,
+    question_key: str,
+    strategy: str,
+    annotator: str,
+    skip_item: int | None = None,
+    run: int | None = None,
 ) -> Card | None:
-    """Lease and return the next item for this annotator, or None when the queue is empty."""
+    """Lease and return the next item for this annotator, or None when the queue is empty. With `run`, the
+    queue reads that run's suggestions; without, each item's current one."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown queue {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    project_id, schema, rows, run_id = project_schema(db, project_name)
+    project_id, schema, rows, latest = project_schema(db, project_name)
+    if run is not None:
+        with db.read() as session:
+            repo.get_run(session, run, project_id)  # another project's run is not found
+    compared = run if run is not None else latest  # the run the run-comparing queues start from
+    run_id = run  # None: each item's current suggestion
     question = project_question(schema, question_key)
     row = rows[question_key]
     claimed_by_others: list[int] = []  # picked, but another annotator's claim on it won
@@ -103,7 +120,7 @@ def next_card(
         exclude = repo.leased_by_others(session, row, annotator, now) + claimed_by_others
         if skip_item is not None:
             exclude.append(skip_item)
-        if run_id is None:
+        if compared is None:  # no run has read anything: items in order
             item_id = repo.next_unlabeled_item(session, project_id, row, exclude)
         elif strategy == "blind":
             span = repo.item_id_range(session, project_id)
@@ -112,15 +129,15 @@ def next_card(
         elif strategy == "diverse":
             item_id = _diverse_pick(session, run_id, row, annotator, exclude)
         elif strategy == "run_disagreement":
-            other = repo.previous_run(session, project_id, run_id)
-            item_id = None if other is None else repo.next_run_disagreement(session, run_id, other, row, exclude)
+            other = repo.previous_run(session, project_id, compared)
+            item_id = None if other is None else repo.next_run_disagreement(session, compared, other, row, exclude)
         elif strategy == "second_opinion":
             item_id = repo.next_human_disagreement(session, run_id, row, annotator, exclude)
         elif strategy == "overlap":
             item_id = repo.next_overlap(session, project_id, row, annotator, overlap_percent(), exclude)
         elif strategy == "changed":
-            since = repo.get_run(session, run_id, project_id).started_at
-            item_id = repo.next_changed_since_seen(session, run_id, row, since, exclude)
+            since = repo.get_run(session, compared, project_id).started_at
+            item_id = repo.next_changed_since_seen(session, compared, row, since, exclude)
         else:
             item_id = repo.next_in_queue(session, run_id, row, strategy, exclude)
         return item_id
@@ -138,7 +155,8 @@ def next_card(
     item_id = db.write(claim)
     if item_id is None:
         return None
-    return load_card(db, project_id, item_id, question, row, run_id, annotator, blind=strategy == "blind")
+    shown_run = compared if strategy in ("run_disagreement", "changed") else run_id
+    return load_card(db, project_id, item_id, question, row, shown_run, annotator, blind=strategy == "blind")
 
 
 def overlap_percent() -> int:
@@ -173,14 +191,14 @@ def load_card(
     annotator: str,
     blind: bool = False,
 ) -> Card:
+    """The card of one item; the suggestion shown is run `run_id`'s, or (None) the item's current one."""
     with db.read() as session:
         item = repo.project_item(session, project_id, item_id)
         suggestion = None
-        if run_id is not None and not blind:
+        if not blind:
+            of_run = Suggestion.run_id == run_id if run_id is not None else Suggestion.is_current
             s = session.scalar(
-                select(Suggestion).where(
-                    Suggestion.run_id == run_id, Suggestion.item_id == item_id, Suggestion.question_id == row
-                )
+                select(Suggestion).where(of_run, Suggestion.item_id == item_id, Suggestion.question_id == row)
             )
             if s is not None:
                 suggestion = {
@@ -190,7 +208,8 @@ def load_card(
                     "confidence": s.confidence,
                     "stderr": s.stderr,
                     "draws": s.draws,
-                    "calibrated": calibrated_confidence(session, run_id, row, s.distribution, question),
+                    "run": s.run_id,
+                    "calibrated": calibrated_confidence(session, s.run_id, row, s.distribution, question),
                 }
         mine = session.scalar(
             select(Response).where(
