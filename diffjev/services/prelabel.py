@@ -84,9 +84,12 @@ def start_run(
     seed: int = 42,
     actor: str = "system",
 ) -> int:
+    """Create a run of the project's latest schema version; an engine that cannot read the schema at all
+    is refused here (SchemaError), before any run exists, so no empty run is ever left behind."""
     with db.session() as session:
         project = repo.get_project(session, project_name)
         version = repo.latest_version(session, project.id)
+        engine.check_schema(repo.version_schema(version)[0])
         params = {"seed": seed, "only_unlabeled": only_unlabeled, "engine_settings": engine_settings(engine)}
         run = repo.create_run(
             session,
