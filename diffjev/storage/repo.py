@@ -394,10 +394,10 @@ def _restore_current(session: Session, project_id: int) -> None:
     )
 
 
-def mark_interrupted(session: Session, actor: str) -> list[int]:
+def mark_interrupted(session: Session, actor: str, keep: Sequence[int] = ()) -> list[int]:
     """Runs left "running" by a studio that stopped (killed, restarted) are interrupted: nothing reads
-    them any more, and they can be resumed. Returns their ids."""
-    ids = list(session.scalars(select(Run.id).where(Run.status == "running")))
+    them any more, and they can be resumed. `keep`: runs still reading. Returns the ids marked."""
+    ids = [i for i in session.scalars(select(Run.id).where(Run.status == "running")) if i not in set(keep)]
     for run in session.scalars(select(Run).where(Run.id.in_(ids))):
         run.status = "interrupted"
         log(session, actor, "run.interrupted", run.project_id, run_id=run.id)

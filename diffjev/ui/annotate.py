@@ -12,8 +12,10 @@ from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml
 
 from diffjev.services import annotation
+from diffjev.services.prelabel import background_line
 from diffjev.storage import repo
 from diffjev.ui.context import Studio, md_text, refusal
+from diffjev.ui.data import LATEST, LATEST_LABEL, picked_run, run_choices
 
 MAX_KEYS = 9
 HELP = "**Keys:** Enter or A accept the model's answer · 1–9 pick an answer · S skip · U undo"
@@ -89,8 +91,12 @@ def build(studio: Studio) -> None:
         # project's question ids; any value is checked against the project's schema by the service.
         question = gr.Dropdown([], label="Question", allow_custom_value=True, elem_id="annotate-question")
         queue = gr.Dropdown(list(QUEUES), value="Least confidence first", label="Queue", elem_id="annotate-queue")
+        run_pick = gr.Dropdown([(LATEST_LABEL, LATEST)], value=LATEST, label="Suggestions from", elem_id="annotate-run")
         start = gr.Button("Start", elem_id="annotate-start")
     gr.Markdown(HELP, elem_id="keys-help")
+    # A pre-label run going in the background (this tab's, another tab's, the demo's): its count, refreshed.
+    prelabeling = gr.Markdown(elem_id="annotate-prelabel")
+    ticker = gr.Timer(2.0)
     progress = gr.Markdown(elem_id="annotate-progress")
     with gr.Row():
         with gr.Column(scale=3):
@@ -110,7 +116,7 @@ def build(studio: Studio) -> None:
     state = gr.State(None)
     outputs = [state, progress, item, prompt, distribution, info, accept, *picks, any_answer]
 
-    def show(card: annotation.Card | None, strategy: str, note: str = "") -> tuple:
+    def show(card: annotation.Card | None, strategy: str, note: str = "", run: int | None = None) -> tuple:
         if card is None:
             empty = "**Nothing left in this queue.** " + note
             return (
@@ -145,7 +151,7 @@ def build(studio: Studio) -> None:
             )
             for i in range(MAX_KEYS)
         ]
-        session = {"card": card, "shown_at": time.monotonic(), "strategy": strategy}
+        session = {"card": card, "shown_at": time.monotonic(), "strategy": strategy, "run": run}
         return (
             session,
             line,
@@ -158,16 +164,17 @@ def build(studio: Studio) -> None:
             gr.update(choices=list(card.question.names), value=None),
         )
 
-    def start_queue(key: str, queue_name: str, request: gr.Request) -> tuple:
+    def start_queue(key: str, queue_name: str, run_value: Any, request: gr.Request) -> tuple:
         strategy = QUEUES.get(queue_name)
         if strategy is None:
             raise refusal(f"no queue named {queue_name!r}; choose one from the list")
         key = key or studio.schema()[1].questions[0].id  # Start pressed before the page filled the list
+        run = picked_run(run_value)
         try:
-            card = annotation.next_card(studio.db, studio.project, key, strategy, studio.annotator(request))
+            card = annotation.next_card(studio.db, studio.project, key, strategy, studio.annotator(request), run=run)
         except (ValueError, repo.NotFound) as exc:  # a setting a person can fix (DIFFJEV_OVERLAP), a wrong id
             raise refusal(exc) from None
-        return show(card, strategy)
+        return show(card, strategy, run=run)
 
     def respond(session: dict | None, value: str | None, status: str, request: gr.Request) -> tuple:
         if not session:
@@ -183,8 +190,11 @@ def build(studio: Studio) -> None:
             strategy,
             who,
             skip_item=card.item_id if status == "skipped" else None,
+            run=session.get("run"),
         )
-        return show(following, strategy, note=f"Saved {md_text(value or 'skip')} for the last item.")
+        return show(
+            following, strategy, note=f"Saved {md_text(value or 'skip')} for the last item.", run=session.get("run")
+        )
 
     def accept_answer(session: dict | None, request: gr.Request) -> tuple:
         card = session["card"] if session else None
@@ -194,11 +204,12 @@ def build(studio: Studio) -> None:
 
     def undo_last(session: dict | None, key: str, queue_name: str, request: gr.Request) -> tuple:
         who = studio.annotator(request)
-        project_id, schema, rows, run_id = studio.schema()
+        project_id, schema, rows, _ = studio.schema()
         back = annotation.undo_last(studio.db, project_id, who)
         strategy = session["strategy"] if session else QUEUES[queue_name]
+        run_id = session.get("run") if session else None  # the picked run, or each item's latest read
         if back is None:
-            return show(session["card"] if session else None, strategy, note="Nothing to undo.")
+            return show(session["card"] if session else None, strategy, note="Nothing to undo.", run=run_id)
         item_id, row = back
         key = next(k for k, r in rows.items() if r == row)
         card = annotation.load_card(
@@ -211,7 +222,7 @@ def build(studio: Studio) -> None:
             who,
             blind=session["card"].blind if session else False,
         )
-        return show(card, strategy, note="Undone: the last answer is back for another look.")
+        return show(card, strategy, note="Undone: the last answer is back for another look.", run=run_id)
 
     def picker(k: int):
         def pick(session: dict | None, request: gr.Request) -> tuple:
@@ -233,10 +244,15 @@ def build(studio: Studio) -> None:
         return gr.update(choices=current, value=current[0])
 
     studio.on_load.append((questions, [], [question]))
+    studio.on_load.append((lambda: gr.update(choices=run_choices(studio), value=LATEST), [], [run_pick]))
+    studio.on_load.append((lambda: background_line(studio.project), [], [prelabeling]))
+    ticker.tick(
+        lambda: background_line(studio.project), [], [prelabeling], api_visibility="private", show_progress="hidden"
+    )
     # Answers skip Gradio's queue: each is a few milliseconds of work, and the queue's round trips would
     # cost more than the work itself on every key an annotator presses.
     fast = {"queue": False, "show_progress": "hidden"}
-    start.click(start_queue, [question, queue], outputs, api_name="annotate_start", **fast)
+    start.click(start_queue, [question, queue, run_pick], outputs, api_name="annotate_start", **fast)
     accept.click(accept_answer, [state], outputs, api_name="accept", **fast)
     for k, button in enumerate(picks):
         button.click(picker(k), [state], outputs, api_name=f"pick_{k + 1}", **fast)
