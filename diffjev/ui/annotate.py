@@ -15,7 +15,7 @@ from diffjev.services import annotation
 from diffjev.services.prelabel import background_line
 from diffjev.storage import repo
 from diffjev.ui.context import Studio, md_text, refusal
-from diffjev.ui.data import LATEST, LATEST_LABEL, picked_run, run_choices
+from diffjev.ui.data import LATEST, LATEST_LABEL, keep_pick, pick_of, run_choices
 
 MAX_KEYS = 9
 HELP = "**Keys:** Enter or A accept the model's answer · 1–9 pick an answer · S skip · U undo"
@@ -164,12 +164,12 @@ def build(studio: Studio) -> None:
             gr.update(choices=list(card.question.names), value=None),
         )
 
-    def start_queue(key: str, queue_name: str, run_value: Any, request: gr.Request) -> tuple:
+    def start_queue(key: str, queue_name: str, request: gr.Request) -> tuple:
         strategy = QUEUES.get(queue_name)
         if strategy is None:
             raise refusal(f"no queue named {queue_name!r}; choose one from the list")
         key = key or studio.schema()[1].questions[0].id  # Start pressed before the page filled the list
-        run = picked_run(run_value)
+        run = pick_of(studio, "annotate", request)
         try:
             card = annotation.next_card(studio.db, studio.project, key, strategy, studio.annotator(request), run=run)
         except (ValueError, repo.NotFound) as exc:  # a setting a person can fix (DIFFJEV_OVERLAP), a wrong id
@@ -252,7 +252,8 @@ def build(studio: Studio) -> None:
     # Answers skip Gradio's queue: each is a few milliseconds of work, and the queue's round trips would
     # cost more than the work itself on every key an annotator presses.
     fast = {"queue": False, "show_progress": "hidden"}
-    start.click(start_queue, [question, queue, run_pick], outputs, api_name="annotate_start", **fast)
+    keep_pick(studio, "annotate", run_pick)
+    start.click(start_queue, [question, queue], outputs, api_name="annotate_start", **fast)
     accept.click(accept_answer, [state], outputs, api_name="accept", **fast)
     for k, button in enumerate(picks):
         button.click(picker(k), [state], outputs, api_name=f"pick_{k + 1}", **fast)

@@ -132,6 +132,19 @@ def picked_run(value: Any) -> int | None:
         raise refusal(f"run {value!r} is not a run number; choose a run from the list") from None
 
 
+def keep_pick(studio: Studio, tab: str, component: Any) -> None:
+    """Remember the run a page picks in a tab (see Studio.picked_runs)."""
+
+    def keep(value: Any, request: gr.Request) -> None:
+        studio.picked_runs[(request.session_hash or "", tab)] = picked_run(value)
+
+    component.change(keep, [component], [], api_visibility="private", queue=False, show_progress="hidden")
+
+
+def pick_of(studio: Studio, tab: str, request: gr.Request | None) -> int | None:
+    return studio.picked_runs.get((getattr(request, "session_hash", None) or "", tab))
+
+
 def runs_frame(studio: Studio) -> pd.DataFrame:
     return pd.DataFrame(runs.run_table(studio.db, studio.project), columns=runs.RUN_COLUMNS)
 
@@ -285,7 +298,7 @@ def build_export(studio: Studio) -> None:
     note = gr.Markdown(elem_id="export-note")
     download = gr.DownloadButton("Download", visible=False, elem_id="export-download")
 
-    def run(fmt_name: str, reviewed_only: bool, who: str, value: Any, request: gr.Request) -> tuple[str, Any]:
+    def run(fmt_name: str, reviewed_only: bool, who: str, request: gr.Request) -> tuple[str, Any]:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         target = studio.export_target(f"{studio.project}-{stamp}.{fmt_name}")
         try:
@@ -294,7 +307,7 @@ def build_export(studio: Studio) -> None:
                 studio.project,
                 target,
                 fmt_name,
-                run_id=picked_run(value),
+                run_id=pick_of(studio, "export", request),
                 annotator=who.strip() or None,
                 reviewed_only=reviewed_only,
                 actor=studio.annotator(request),
@@ -306,4 +319,5 @@ def build_export(studio: Studio) -> None:
         return f"Exported {count} items.", gr.update(value=str(target), visible=True)
 
     studio.on_load.append((lambda: gr.update(choices=run_choices(studio), value=LATEST), [], [run_pick]))
-    go.click(run, [fmt, reviewed, annotator, run_pick], [note, download], api_name="export")
+    keep_pick(studio, "export", run_pick)
+    go.click(run, [fmt, reviewed, annotator], [note, download], api_name="export")
