@@ -3,6 +3,7 @@ PostgreSQL server): a refused run is never created, a run still reading or stopp
 the suggestions already there, and a deleted run hands each item back to the run before it."""
 
 import json
+import time
 
 import pandas as pd
 import pytest
@@ -162,3 +163,36 @@ def test_the_current_queue_query_uses_its_partial_index(db):
                 session.execute(text("SET LOCAL enable_seqscan = off"))
                 plan = " ".join(str(r) for r in session.execute(text(f"EXPLAIN {sql}")))
             assert f"ix_suggestions_current_{index}" in plan, plan
+
+
+def test_a_run_smaller_than_one_batch_reports_progress_before_it_ends(tmp_path, dgemma_engine):
+    from diffjev.engines.base import Engine
+
+    class Slow(Engine):
+        name, model_name = "slow", "tiny"
+
+        def decide_many(self, schema, states, seed=42):
+            for state in states:
+                time.sleep(1.5)
+                yield from dgemma_engine.decide_many(schema, [state], seed)
+
+    db = Database(tmp_path / "small.db")
+    labelled(db, texts=TEXTS[:3])
+    seen = []
+    report = prelabel(db, "p", Slow(), progress=lambda p: seen.append((p.done, p.total, p.line())))
+    assert report.status == "completed" and report.read == 3
+    assert seen[0][0] < 3 and seen[0][1] == 3  # before the end: not a spinner until the last item
+    assert "items/s" in seen[0][2] and "ETA" in seen[0][2]
+
+
+def test_a_run_left_running_by_a_stopped_studio_shows_interrupted_and_resumes(tmp_path, dgemma_engine):
+    from diffjev.services import prelabel as runs
+
+    db = Database(tmp_path / "left.db")
+    labelled(db)
+    run_id = runs.start_run(db, "p", dgemma_engine)  # what a killed studio leaves: a run marked running
+    assert runs.run_table(db, "p")[0][3] == "running"
+    assert runs.interrupt_stale_runs(db) == [run_id]
+    assert runs.run_table(db, "p")[0][3] == "interrupted"
+    resumed = prelabel(db, "p", dgemma_engine, run_id=run_id)
+    assert (resumed.status, resumed.read) == ("completed", len(TEXTS))
