@@ -12,7 +12,7 @@ from diffjev.services.importing import import_items
 from diffjev.services.prelabel import prelabel
 from diffjev.storage import repo
 from diffjev.storage.db import Database
-from diffjev.storage.models import Response, Suggestion
+from diffjev.storage.models import ItemRead, Response, Suggestion
 from conftest import TICKETS
 
 
@@ -157,6 +157,8 @@ def crafted(tmp_path, texts, runs):
                         latency_ms=1.0,
                     )
                 )
+                # a suggestion is stored with its item's read, as a run stores it
+                session.add(ItemRead(run_id=run_id, item_id=items[index], status="ok"))
     return db, items, run_ids
 
 
@@ -225,6 +227,7 @@ def test_changed_queue_after_a_new_run(tmp_path):
                     is_open=False,
                 )
             )
+            session.add(ItemRead(run_id=run.id, item_id=items[index], status="ok"))  # stored with its read
     again = annotation.next_card(db, "c", "team", "changed", "ann")
     assert again.item_id == items[0] and again.suggestion["answer"] == "technical"
     annotation.answer(db, again, "ann", "technical", seconds=1.0)

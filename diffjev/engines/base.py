@@ -78,6 +78,10 @@ class Engine(ABC):
     def decide_many(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
         """One Decision per state, in order."""
 
+    def check_schema(self, schema: Schema) -> None:
+        """Raise SchemaError if this engine cannot read the schema at all, before anything is read or
+        stored (a run it would refuse is never started)."""
+
     def close(self) -> None:
         """Release connections or threads; an engine is usable until then."""
 
@@ -102,8 +106,11 @@ class CanvasEngine(Engine):
         """Model forward passes one canvas read costs: one for a joint read."""
         return 1
 
-    def decide_many(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
+    def check_schema(self, schema: Schema) -> None:
         self.builder.layout(schema)  # a template that does not fit fails before any read is sent
+
+    def decide_many(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
+        self.check_schema(schema)
         states = iter(states)
         with ThreadPoolExecutor(self.pipeline_depth, thread_name_prefix=f"{self.name}-read") as pool:
             pending: list[Future] = []

@@ -63,7 +63,7 @@ class JevAPIEngine(Engine):
             body["instructions"] = schema.instructions
         return body
 
-    def decide_many(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
+    def check_schema(self, schema: Schema) -> None:
         if not schema.template.is_default_for([q.id for q in schema.questions]):
             raise SchemaError(
                 "the Jev API reads question by question with its own prompt and cannot use a custom "
@@ -71,6 +71,9 @@ class JevAPIEngine(Engine):
                 field="template",
             )
         check_upstream_limits(schema)
+
+    def decide_many(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
+        self.check_schema(schema)
         # Bounded look-ahead keeps a long stream from queueing every request at once.
         pending = []
         for state in states:

@@ -7,17 +7,20 @@ Queues, for one question (see `diffjev.active` for what each measure is for):
 - `stderr`: the items whose top probability moved most across noise draws;
 - `diverse`: the least confident, spread across clusters of the item texts, so one near-duplicate
   template cannot fill the queue;
-- `run_disagreement`: items the latest run and the one before answer differently;
+- `run_disagreement`: items the run (the picked one, else the latest that read anything) and the one
+  before it answer differently;
 - `second_opinion`: items another annotator answered differently from the model, for a second human;
 - `overlap`: the double-annotation share ($DIFFJEV_OVERLAP percent of items, default 10) answered once by
   someone else, for annotator agreement;
-- `changed`: answered items whose suggestion changed in the latest run since the human saw it;
+- `changed`: answered items whose suggestion changed in the run (as above) since the human saw it;
 - `blind`: a random open item with the suggestion hidden, so answers there measure the model's
   calibration without the pull of its suggestion;
 - `skipped`: the items this annotator skipped, the longest-skipped first. A skipped item leaves every
   other queue of this annotator (others still get it) until it is answered here, or the skip is undone.
 
-An empty queue has a reason a person can act on: `empty_queue_reason`.
+Unless a run is picked, a queue reads each item's current suggestion: the one from the latest run that
+read the item. A refused or failed run, or one still reading, never empties a queue or hides the
+suggestions already there. An empty queue has a reason a person can act on: `empty_queue_reason`.
 """
 
 from __future__ import annotations
@@ -75,11 +78,11 @@ class Card:
 
 
 def project_schema(db: Database, project_name: str) -> tuple[int, Schema, dict[str, int], int | None]:
-    """(project id, schema, question rows, latest run id) of a project."""
+    """(project id, schema, question rows, id of the latest run that read anything) of a project."""
     with db.read() as session:
         project = repo.get_project(session, project_name)
         schema, rows = repo.version_schema(repo.latest_version(session, project.id))
-        run = repo.latest_run(session, project.id)
+        run = repo.latest_read_run(session, project.id)
         return project.id, schema, rows, run.id if run else None
 
 
@@ -94,12 +97,24 @@ def project_question(schema: Schema, key: str) -> Question:
 
 
 def next_card(
-    db: Database, project_name: str, question_key: str, strategy: str, annotator: str, skip_item: int | None = None
+    db: Database,
+    project_name: str,
+    question_key: str,
+    strategy: str,
+    annotator: str,
+    skip_item: int | None = None,
+    run: int | None = None,
 ) -> Card | None:
-    """Lease and return the next item for this annotator, or None when the queue is empty."""
+    """Lease and return the next item for this annotator, or None when the queue is empty. With `run`, the
+    queue reads that run's suggestions; without, each item's current one."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown queue {strategy!r}; choose one of {', '.join(STRATEGIES)}")
-    project_id, schema, rows, run_id = project_schema(db, project_name)
+    project_id, schema, rows, latest = project_schema(db, project_name)
+    if run is not None:
+        with db.read() as session:
+            repo.get_run(session, run, project_id)  # another project's run is not found
+    compared = run if run is not None else latest  # the run the run-comparing queues start from
+    run_id = run  # None: each item's current suggestion
     question = project_question(schema, question_key)
     row = rows[question_key]
     claimed_by_others: list[int] = []  # picked, but another annotator's claim on it won
@@ -112,7 +127,7 @@ def next_card(
         if strategy == "skipped":
             return _next_skipped(session, row, annotator, exclude)
         exclude += _skipped_items(session, row, annotator)  # out of this annotator's queues until answered
-        if run_id is None:
+        if compared is None:  # no run has read anything: items in order
             item_id = repo.next_unlabeled_item(session, project_id, row, exclude)
         elif strategy == "blind":
             span = repo.item_id_range(session, project_id)
@@ -121,15 +136,15 @@ def next_card(
         elif strategy == "diverse":
             item_id = _diverse_pick(session, run_id, row, annotator, exclude)
         elif strategy == "run_disagreement":
-            other = repo.previous_run(session, project_id, run_id)
-            item_id = None if other is None else repo.next_run_disagreement(session, run_id, other, row, exclude)
+            other = repo.previous_run(session, project_id, compared)
+            item_id = None if other is None else repo.next_run_disagreement(session, compared, other, row, exclude)
         elif strategy == "second_opinion":
             item_id = repo.next_human_disagreement(session, run_id, row, annotator, exclude)
         elif strategy == "overlap":
             item_id = repo.next_overlap(session, project_id, row, annotator, overlap_percent(), exclude)
         elif strategy == "changed":
-            since = repo.get_run(session, run_id, project_id).started_at
-            item_id = repo.next_changed_since_seen(session, run_id, row, since, exclude)
+            since = repo.get_run(session, compared, project_id).started_at
+            item_id = repo.next_changed_since_seen(session, compared, row, since, exclude)
         else:
             item_id = repo.next_in_queue(session, run_id, row, strategy, exclude)
         return item_id
@@ -147,7 +162,8 @@ def next_card(
     item_id = db.write(claim)
     if item_id is None:
         return None
-    return load_card(db, project_id, item_id, question, row, run_id, annotator, blind=strategy == "blind")
+    shown_run = compared if strategy in ("run_disagreement", "changed") else run_id
+    return load_card(db, project_id, item_id, question, row, shown_run, annotator, blind=strategy == "blind")
 
 
 def overlap_percent() -> int:
@@ -219,15 +235,15 @@ def load_card(
     annotator: str,
     blind: bool = False,
 ) -> Card:
+    """The card of one item; the suggestion shown is run `run_id`'s, or (None) the item's current one."""
     with db.read() as session:
         item = repo.project_item(session, project_id, item_id)
         hidden = set(repo.version_schema(repo.latest_version(session, project_id))[0].hidden_fields)
         suggestion = None
-        if run_id is not None and not blind:
+        if not blind:
+            of_run = Suggestion.run_id == run_id if run_id is not None else Suggestion.is_current
             s = session.scalar(
-                select(Suggestion).where(
-                    Suggestion.run_id == run_id, Suggestion.item_id == item_id, Suggestion.question_id == row
-                )
+                select(Suggestion).where(of_run, Suggestion.item_id == item_id, Suggestion.question_id == row)
             )
             if s is not None:
                 suggestion = {
@@ -237,7 +253,8 @@ def load_card(
                     "confidence": s.confidence,
                     "stderr": s.stderr,
                     "draws": s.draws,
-                    "calibrated": calibrated_confidence(session, run_id, row, s.distribution, question),
+                    "run": s.run_id,
+                    "calibrated": calibrated_confidence(session, s.run_id, row, s.distribution, question),
                 }
         mine = session.scalar(
             select(Response).where(
@@ -369,16 +386,22 @@ TWO_RUN_QUEUES = {
 }
 
 
-def empty_queue_reason(db: Database, project_name: str, question_key: str, strategy: str, annotator: str) -> str:
+def empty_queue_reason(
+    db: Database, project_name: str, question_key: str, strategy: str, annotator: str, run: int | None = None
+) -> str:
     """Why a queue has no item for this annotator now, and what to do about it: one or two sentences for
-    the page, asked for when `next_card` returned None."""
-    project_id, schema, rows, run_id = project_schema(db, project_name)
+    the page, asked for when `next_card` returned None (with the same `run`: a picked run, or None for
+    each item's current suggestion)."""
+    project_id, schema, rows, _ = project_schema(db, project_name)
     question = project_question(schema, question_key)
     row, qid = rows[question_key], question.id
     with db.read() as session:
         items = repo.count_items(session, project_id)
         runs = session.scalar(select(func.count()).select_from(Run).where(Run.project_id == project_id)) or 0
-        run = repo.latest_run(session, project_id)
+        latest = repo.latest_run(session, project_id)
+        picked = repo.get_run(session, run, project_id) if run is not None else None
+        # What the queue reads: the picked run's suggestions, or each item's current one.
+        source = Suggestion.run_id == picked.id if picked is not None else Suggestion.is_current
         others = _answers_by_others(session, row, annotator)
         skipped = len(session.scalars(_open_skips(row, annotator)).all())
         if items == 0:
@@ -388,18 +411,19 @@ def empty_queue_reason(db: Database, project_name: str, question_key: str, strat
         structural = _structural_reason(strategy, qid, runs, others)
         if structural:
             return structural
-        if run is not None and run.status == "running":
-            read = session.scalar(select(func.count()).select_from(ItemRead).where(ItemRead.run_id == run.id)) or 0
+        if latest is not None and latest.status == "running" and picked in (None, latest):
+            read = session.scalar(select(func.count()).select_from(ItemRead).where(ItemRead.run_id == latest.id)) or 0
             return (
                 f"Pre-labels are still being read: {read} of {items} items done. This queue fills as the reads "
                 "are stored; press Start again in a moment, or choose 'Unlabeled, in order' to answer meanwhile."
             )
-        if run is not None and strategy not in ("second_opinion", "overlap"):
-            reason = _run_reason(session, run, row, qid)
+        explained = picked or latest
+        if explained is not None and strategy not in ("second_opinion", "overlap"):
+            reason = _run_reason(session, explained, row, qid, source)
             if reason:
                 return reason
         unanswered = _unanswered(session, project_id, row)
-        unread = _unanswered(session, project_id, row, without_suggestion_in=run.id) if run is not None else 0
+        unread = _unanswered(session, project_id, row, without=source) if latest is not None else 0
         held = len(repo.leased_by_others(session, row, annotator, utcnow()))
     if unanswered == 0 and strategy not in ("second_opinion", "overlap"):
         return f"Every item has an answer to {qid}. Choose another question, or review the answers."
@@ -432,20 +456,19 @@ def _structural_reason(strategy: str, qid: str, runs: int, others: int) -> str |
     return None
 
 
-def _run_reason(session, run: Run, row: int, qid: str) -> str | None:
-    """The latest run holds no suggestion for this question: it failed, or read an older schema."""
-    suggested = session.scalar(
-        select(func.count()).select_from(Suggestion).where(Suggestion.run_id == run.id, Suggestion.question_id == row)
-    )
-    if suggested:
+def _run_reason(session, run: Run, row: int, qid: str, source) -> str | None:
+    """The queue's suggestions (`source`) hold none for this question: say why from `run` (the picked or
+    the latest run): it failed, or read an older schema."""
+    suggested = session.scalar(select(Suggestion.id).where(source, Suggestion.question_id == row).limit(1))
+    if suggested is not None:
         return None
     if run.status == "failed":
         return (
-            f"The latest pre-label run (#{run.id}) failed with no reads: {run.error or 'no error was kept'}. "
+            f"Pre-label run #{run.id} failed with no reads: {run.error or 'no error was kept'}. "
             "Start another in the Pre-label tab."
         )
     return (
-        f"The latest pre-label run (#{run.id}) has no suggestions for {qid} (it read an older schema, or "
+        f"Pre-label run #{run.id} has no suggestions for {qid} (it read an older schema, or "
         "was stopped). Start a run in the Pre-label tab."
     )
 
@@ -485,16 +508,15 @@ def _answers_by_others(session, row: int, annotator: str) -> int:
     )
 
 
-def _unanswered(session, project_id: int, row: int, without_suggestion_in: int | None = None) -> int:
-    """Items nobody has answered for a question; with a run id, only those that run has no suggestion for."""
+def _unanswered(session, project_id: int, row: int, without=None) -> int:
+    """Items nobody has answered for a question; with `without` (a condition on Suggestion: one run's, or
+    the current ones), only the items that have no such suggestion."""
     answered = select(Response.id).where(
         Response.item_id == Item.id, Response.question_id == row, Response.status == "submitted"
     )
     query = select(func.count()).select_from(Item).where(Item.project_id == project_id, ~answered.exists())
-    if without_suggestion_in is not None:
-        suggested = select(Suggestion.id).where(
-            Suggestion.item_id == Item.id, Suggestion.question_id == row, Suggestion.run_id == without_suggestion_in
-        )
+    if without is not None:
+        suggested = select(Suggestion.id).where(Suggestion.item_id == Item.id, Suggestion.question_id == row, without)
         query = query.where(~suggested.exists())
     return session.scalar(query) or 0
 

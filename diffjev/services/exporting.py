@@ -3,7 +3,9 @@ model's answer, distribution and confidence, written atomically as JSONL, CSV, P
 Face dataset.
 
 Columns: `item_id`, `external_id`, `text`, `fields` (the context fields; an object in JSONL, JSON text
-elsewhere), `run_id`, `engine`, `model`, and per question `q`: `q` (the human answer), `q_annotator`,
+elsewhere), `run_id`, `engine`, `model` (the run the item's model answers come from: the run asked
+for, else the latest run that read the item, so a run that failed or is still reading never blanks
+them), and per question `q`: `q` (the human answer), `q_annotator`,
 `q_source` (accepted / corrected / manual), `q_annotations` (how many annotators answered), `q_model`,
 `q_confidence` and `q_distribution` (answer name -> probability). When several annotators answered,
 `q` is the latest answer (or the named annotator's, with `annotator=`).
@@ -81,14 +83,15 @@ def export_project(
         project = repo.get_project(session, project_name)
         version = repo.latest_version(session, project.id)
         schema, question_rows = repo.version_schema(version)
-        run = repo.get_run(session, run_id, project.id) if run_id is not None else repo.latest_run(session, project.id)
-        run_info = (run.id, run.engine, run.model_name) if run else (None, None, None)
+        if run_id is not None:
+            repo.get_run(session, run_id, project.id)  # another project's run is not found
+        runs = {r.id: (r.engine, r.model) for r in repo.list_runs(session, project.id)}
         project_id = project.id
     keys = [q.id for q in schema.questions]
     _, arrow_schema = columns_and_schema(keys, {q.id: list(q.names) for q in schema.questions})
     # JSONL keeps the context fields as an object; the tabular formats hold them as JSON text.
     batches = _column_batches(
-        db, project_id, question_rows, keys, run_info, annotator, reviewed_only, fields_as_text=fmt != "jsonl"
+        db, project_id, question_rows, keys, (run_id, runs), annotator, reviewed_only, fields_as_text=fmt != "jsonl"
     )
     escape = csv_escape_setting() if csv_escape is None else csv_escape
     count = write_export(batches, target, fmt, arrow_schema, on_batch=progress, csv_escape=escape)
@@ -103,7 +106,7 @@ def export_project(
             target=str(target),
             format=fmt,
             items=count,
-            run_id=run_info[0],
+            run_id=run_id,
             annotator=annotator,
             reviewed_only=reviewed_only,
         )
@@ -115,12 +118,12 @@ def _column_batches(
     project_id: int,
     question_rows: dict[str, int],
     keys: list[str],
-    run_info: tuple,
+    run_info: tuple[int | None, dict[int, tuple[str, str]]],
     annotator: str | None,
     reviewed_only: bool,
     fields_as_text: bool,
 ) -> Iterator[dict[str, list]]:
-    run_id, engine, model = run_info
+    run_id, runs = run_info  # the run asked for (None: each item's current suggestion), engine and model by run
     question_ids = [question_rows[k] for k in keys]
     key_of = {qid: k for k, qid in question_rows.items()}
     after = 0
@@ -140,18 +143,19 @@ def _column_batches(
             if not rows:
                 continue
         columns = list(zip(*rows))  # transposed in C: one list per selected column
-        n = len(rows)
+        # each row's run: the first question's that has a suggestion (one run reads all of them)
+        row_runs = [next((r for r in row[7::4] if r is not None), None) for row in rows]
         batch: dict[str, list] = {
             "item_id": list(columns[0]),
             "external_id": list(columns[1]),
             "text": list(columns[2]),
             "fields": list(columns[3]),
-            "run_id": [run_id] * n,
-            "engine": [engine] * n,
-            "model": [model] * n,
+            "run_id": row_runs,
+            "engine": [runs[r][0] if r is not None else None for r in row_runs],
+            "model": [runs[r][1] if r is not None else None for r in row_runs],
         }
         for k_index, k in enumerate(keys):
-            answer, confidence, distribution = columns[4 + 3 * k_index : 7 + 3 * k_index]
+            answer, confidence, distribution = columns[4 + 4 * k_index : 7 + 4 * k_index]
             latest = [given.get((item_id, k)) for item_id in batch["item_id"]]
             batch[k] = [g[-1][0] if g else None for g in latest]
             batch[f"{k}_annotator"] = [g[-1][1] if g else None for g in latest]

@@ -9,7 +9,10 @@
   an item that still fails is recorded as failed for the run, with its error, and the run goes on,
   unless `stop_after` items in a row failed (the server is gone): then the run stops as failed, every
   stored read kept, and resuming it continues where it stopped.
-- Progress goes to a callback after every batch; a cancel event stops the run between batches.
+- Progress goes to a callback after every batch; a cancel event stops the run between batches. A batch
+  is also stored when FLUSH_S passed since its first read, so a slow engine (or a run smaller than one
+  batch) shows its progress from the first item on, never only at its end. The progress of every run
+  this process is making is in `live_runs`, for any tab to show.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
 from diffjev.decide import Decision
@@ -28,11 +32,13 @@ from diffjev.read import read, read_many
 from diffjev.schema import Schema
 from diffjev.storage import repo
 from diffjev.storage.db import Database
+from diffjev.storage.models import utcnow
 
 DEFAULT_BATCH = 64
 DEFAULT_RETRIES = 3
 DEFAULT_STOP_AFTER = 16  # failed items in a row that mean the server is gone, not that one item is bad
 POLL_S = 0.1  # how often a run waiting on reads looks at its cancel event
+FLUSH_S = 2.0  # the longest a read waits to be stored (and counted) while its batch fills
 
 
 @dataclass
@@ -41,15 +47,39 @@ class Progress:
     total: int
     failed: int
     elapsed_s: float
+    # the items and seconds counted from the first stored batch on: the rate leaves out the start (a
+    # model loading, a server warming up), which would make the first estimates far too slow
+    first_done: int = 0
+    since_first_s: float = 0.0
 
     @property
     def items_per_s(self) -> float:
+        if self.since_first_s > 0 and self.done > self.first_done:
+            return (self.done - self.first_done) / self.since_first_s
         return self.done / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
     @property
     def eta_s(self) -> float | None:
         rate = self.items_per_s
         return (self.total - self.done) / rate if rate > 0 else None
+
+    def line(self) -> str:
+        """ "12/60 read, 1.3 items/s, ETA 0:37", as the studio shows it."""
+        text = f"{self.done}/{self.total} read" + (f", {self.failed} failed" if self.failed else "")
+        if self.items_per_s > 0:
+            text += f", {self.items_per_s:.1f} items/s"
+        if self.eta_s is not None:
+            minutes, seconds = divmod(round(self.eta_s), 60)
+            text += (
+                f", ETA {minutes // 60}:{minutes % 60:02d}:{seconds:02d}"
+                if minutes >= 60
+                else (f", ETA {minutes}:{seconds:02d}")
+            )
+        return text
+
+
+# run id -> (project name, its latest progress): the runs this process is making now
+live_runs: dict[int, tuple[str, Progress]] = {}
 
 
 @dataclass
@@ -84,9 +114,12 @@ def start_run(
     seed: int = 42,
     actor: str = "system",
 ) -> int:
+    """Create a run of the project's latest schema version; an engine that cannot read the schema at all
+    is refused here (SchemaError), before any run exists, so no empty run is ever left behind."""
     with db.session() as session:
         project = repo.get_project(session, project_name)
         version = repo.latest_version(session, project.id)
+        engine.check_schema(repo.version_schema(version)[0])
         params = {"seed": seed, "only_unlabeled": only_unlabeled, "engine_settings": engine_settings(engine)}
         run = repo.create_run(
             session,
@@ -141,6 +174,8 @@ def prelabel(
 
     started = time.perf_counter()
     done = failed = 0
+    first: tuple[int, float] | None = None  # (items, time) at the first stored batch
+    live_runs[run_id] = (project_name, Progress(0, total, 0, 0.0))
     reader = _Reader(
         db, project_id, run_id, only_unlabeled, (schema, engine, seed, retries, backoff_s, stop_after), batch_items
     )
@@ -148,9 +183,12 @@ def prelabel(
     try:
         while status == "running":
             batch: list[ReadResult] = []
+            batch_started = None
             while status == "running" and len(batch) < batch_items:
                 if cancel is not None and cancel.is_set():
                     status = "cancelled"
+                    break
+                if batch_started is not None and time.perf_counter() - batch_started >= FLUSH_S:
                     break
                 try:
                     kind, value = reader.results.get(timeout=POLL_S)
@@ -158,6 +196,7 @@ def prelabel(
                     continue
                 if kind == "read":
                     batch.append(value)
+                    batch_started = batch_started or time.perf_counter()
                 elif kind == "end":
                     status = "completed"
                 elif kind == "stop":
@@ -169,10 +208,15 @@ def prelabel(
                 db.write(lambda session: repo.store_reads(session, run_id, question_rows, batch))
                 done += len(batch)
                 failed += sum(1 for r in batch if r[1] is None)
+                now = time.perf_counter()
+                first = first or (done, now)
+                current = Progress(done, total, failed, now - started, first[0], now - first[1])
+                live_runs[run_id] = (project_name, current)
                 if progress:
-                    progress(Progress(done, total, failed, time.perf_counter() - started))
+                    progress(current)
     finally:
         reader.stop()  # reads still in flight finish in the background and are dropped, never stored
+        live_runs.pop(run_id, None)
     return _finish(db, run_id, status, error, actor, started)
 
 
@@ -301,3 +345,62 @@ def _finish(db: Database, run_id: int, status: str, error: str | None, actor: st
     return RunReport(
         run_id, status, counts.get("ok", 0), counts.get("failed", 0), time.perf_counter() - started, failures, error
     )
+
+
+# The run list -------------------------------------------------------------------------------------------
+
+RUN_COLUMNS = ["run", "engine", "model", "status", "items read", "failed", "started", "duration"]
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)  # SQLite drops the zone
+
+
+def _duration(row: repo.RunRow) -> str:
+    seconds = round(
+        ((_aware(row.finished_at) if row.finished_at else utcnow()) - _aware(row.started_at)).total_seconds()
+    )
+    minutes, seconds = divmod(max(0, seconds), 60)
+    return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}"
+
+
+def run_table(db: Database, project_name: str) -> list[list[Any]]:
+    """The project's runs, newest first, as the Pre-label tab lists them (RUN_COLUMNS). A run this process
+    is making shows its live count; one left "running" by another process shows as it is stored."""
+    with db.read() as session:
+        rows = repo.list_runs(session, repo.get_project(session, project_name).id)
+    table = []
+    for row in rows:
+        live = live_runs.get(row.id)
+        status = f"running ({live[1].line()})" if live else row.status
+        started = _aware(row.started_at).strftime("%Y-%m-%d %H:%M:%S UTC")
+        table.append([row.id, row.engine, row.model, status, row.read, row.failed, started, _duration(row)])
+    return table
+
+
+def delete_run(db: Database, project_name: str, run_id: int, actor: str) -> str:
+    """Delete a run with its suggestions (answers stay); a run still reading here is cancelled first."""
+    if run_id in live_runs:
+        raise repo.Conflict(f"run {run_id} is still reading; cancel it first, then delete it")
+
+    def work(session) -> dict[str, int]:
+        return repo.delete_run(session, repo.get_project(session, project_name).id, run_id, actor)
+
+    counts = db.write(work)
+    return f"Deleted run {run_id} and its {counts.get('ok', 0)} items' suggestions; every answer stays."
+
+
+def background_line(project_name: str) -> str:
+    """What the project's runs in this process are doing, one line each, or "" when none is reading."""
+    lines = [
+        f"Pre-labeling (run {run_id}): {progress.line()}"
+        for run_id, (name, progress) in sorted(live_runs.items())
+        if name == project_name
+    ]
+    return "  \n".join(lines)
+
+
+def interrupt_stale_runs(db: Database, actor: str = "studio") -> list[int]:
+    """At a studio's start: runs still marked "running" that no process of this studio reads any more
+    (it was killed or restarted) are interrupted, so the run list says so and they can be resumed."""
+    return db.write(lambda session: repo.mark_interrupted(session, actor, keep=list(live_runs)))

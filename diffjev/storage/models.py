@@ -133,7 +133,8 @@ class Run(Base):
     model_version: Mapped[str | None] = mapped_column(String(200))
     template_hash: Mapped[str] = mapped_column(String(64))
     params: Mapped[dict[str, Any]]
-    status: Mapped[str] = mapped_column(String(20), default="running")  # running, completed, cancelled, failed
+    # running, completed, cancelled, failed, or interrupted (left running by a studio that stopped)
+    status: Mapped[str] = mapped_column(String(20), default="running")
     started_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(Timestamp)
     error: Mapped[str | None] = mapped_column(Text)
@@ -155,6 +156,32 @@ class ItemRead(Base):
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
 
 
+QUEUE_MEASURES = ("confidence", "margin", "entropy", "stderr", "item_id")
+
+
+def _queue_indexes(scope: str) -> list[Index]:
+    """One partial index per queue order: by run and question over open suggestions (`run`), or by
+    question over open current suggestions (`current`). In item order: the "unlabeled in order" queue
+    and the random blind slice's seek."""
+    indexes = []
+    for measure in QUEUE_MEASURES:
+        name = "item" if measure == "item_id" else measure
+        if scope == "run":
+            columns, sqlite_where, postgresql_where = ("run_id", "question_id", measure), "is_open = 1", "is_open"
+        else:
+            columns = ("question_id", measure)
+            sqlite_where, postgresql_where = "is_open = 1 AND is_current = 1", "is_open AND is_current"
+        indexes.append(
+            Index(
+                f"ix_suggestions_{'queue' if scope == 'run' else 'current'}_{name}",
+                *columns,
+                sqlite_where=text(sqlite_where),
+                postgresql_where=text(postgresql_where),
+            )
+        )
+    return indexes
+
+
 class Suggestion(Base):
     """The model's answer to one question for one item under one run, with its whole distribution."""
 
@@ -165,47 +192,10 @@ class Suggestion(Base):
         # Partial on `is_open` so answered items cost nothing to skip. SQLite only uses a partial index
         # when the query repeats its condition as written, and SQLAlchemy writes a boolean test there as
         # `is_open = 1`; PostgreSQL has a real boolean. A test checks both plans use the index.
-        Index(
-            "ix_suggestions_queue_confidence",
-            "run_id",
-            "question_id",
-            "confidence",
-            sqlite_where=text("is_open = 1"),
-            postgresql_where=text("is_open"),
-        ),
-        Index(
-            "ix_suggestions_queue_margin",
-            "run_id",
-            "question_id",
-            "margin",
-            sqlite_where=text("is_open = 1"),
-            postgresql_where=text("is_open"),
-        ),
-        Index(
-            "ix_suggestions_queue_entropy",
-            "run_id",
-            "question_id",
-            "entropy",
-            sqlite_where=text("is_open = 1"),
-            postgresql_where=text("is_open"),
-        ),
-        Index(
-            "ix_suggestions_queue_stderr",
-            "run_id",
-            "question_id",
-            "stderr",
-            sqlite_where=text("is_open = 1"),
-            postgresql_where=text("is_open"),
-        ),
-        # In item order: the "unlabeled in order" queue, and the random blind slice's seek.
-        Index(
-            "ix_suggestions_queue_item",
-            "run_id",
-            "question_id",
-            "item_id",
-            sqlite_where=text("is_open = 1"),
-            postgresql_where=text("is_open"),
-        ),
+        *_queue_indexes("run"),
+        # The same queues over each item's current suggestion (the latest run that read it), which is what
+        # Annotate and Export use unless a run is picked.
+        *_queue_indexes("current"),
     )
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
@@ -226,6 +216,10 @@ class Suggestion(Base):
     # True while no human has submitted an answer to this item and question; kept by the repository in
     # the same transaction as the response, so the queue indexes only hold open work.
     is_open: Mapped[bool] = mapped_column(Boolean, default=True, server_default=text("true"))
+    # True for the suggestion of the latest run that read this item and question: a run that is still
+    # reading, or one that failed before reading the item, never hides an earlier run's suggestion. Kept
+    # by the repository when reads are stored and when a run is deleted.
+    is_current: Mapped[bool] = mapped_column(Boolean, default=True, server_default=text("true"))
 
 
 class Response(Base):

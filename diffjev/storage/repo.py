@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import Text, and_, cast, delete, func, insert, select, update
+from sqlalchemy import Text, and_, case, cast, delete, func, insert, select, update
 from sqlalchemy.orm import Session, aliased
 
 from diffjev.decide import Decision
@@ -277,10 +277,131 @@ def _is_row_id(value: object) -> bool:
 
 
 def latest_run(session: Session, project_id: int, unfinished_only: bool = False) -> Run | None:
+    """The newest run whatever it holds (with `unfinished_only`, the newest one to resume). Queues and
+    exports never take it as such: see latest_read_run and the suggestions' `is_current`."""
     query = select(Run).where(Run.project_id == project_id)
     if unfinished_only:
         query = query.where(Run.status.in_(("running", "cancelled", "interrupted")))
     return session.scalar(query.order_by(Run.id.desc()).limit(1))
+
+
+def _has_reads(run_id_column) -> Any:
+    return select(ItemRead.id).where(ItemRead.run_id == run_id_column, ItemRead.status == "ok").exists()
+
+
+def latest_read_run(session: Session, project_id: int, before: int | None = None) -> Run | None:
+    """The newest run with at least one successful read (older than run `before`, if given): a run that
+    was refused, failed at once, or has stored nothing yet is never the one a queue compares."""
+    query = select(Run).where(Run.project_id == project_id, _has_reads(Run.id))
+    if before is not None:
+        query = query.where(Run.id < before)
+    return session.scalar(query.order_by(Run.id.desc()).limit(1))
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run as the run list shows it."""
+
+    id: int
+    engine: str
+    model: str
+    status: str
+    read: int
+    failed: int
+    started_at: Any
+    finished_at: Any
+    error: str | None
+
+
+def list_runs(session: Session, project_id: int) -> list[RunRow]:
+    """The project's runs, newest first, each with its count of read and failed items."""
+    counts = (
+        select(
+            ItemRead.run_id,
+            func.sum(case((ItemRead.status == "ok", 1), else_=0)).label("read"),
+            func.sum(case((ItemRead.status == "failed", 1), else_=0)).label("failed"),
+        )
+        .group_by(ItemRead.run_id)
+        .subquery()
+    )
+    rows = session.execute(
+        select(Run, counts.c.read, counts.c.failed)
+        .outerjoin(counts, counts.c.run_id == Run.id)
+        .where(Run.project_id == project_id)
+        .order_by(Run.id.desc())
+    ).all()
+    return [
+        RunRow(
+            run.id,
+            run.engine,
+            run.model_name,
+            run.status,
+            int(read or 0),
+            int(failed or 0),
+            run.started_at,
+            run.finished_at,
+            run.error,
+        )
+        for run, read, failed in rows
+    ]
+
+
+def delete_run(session: Session, project_id: int, run_id: int, actor: str) -> dict[str, int]:
+    """Delete a run with its reads and suggestions; answers stay (they lose the link to a suggestion they
+    were given). Where the run's suggestion was an item's current one, the newest remaining one becomes
+    current. Returns the run's counts, which the audit trail keeps."""
+    run = get_run(session, run_id, project_id)
+    counts = run_counts(session, run_id)
+    suggestions = select(Suggestion.id).where(Suggestion.run_id == run_id)
+    session.execute(update(Response).where(Response.suggestion_id.in_(suggestions)).values(suggestion_id=None))
+    session.execute(delete(Suggestion).where(Suggestion.run_id == run_id))
+    session.execute(delete(ItemRead).where(ItemRead.run_id == run_id))
+    log(
+        session,
+        actor,
+        "run.deleted",
+        project_id,
+        run_id=run_id,
+        engine=run.engine,
+        model=run.model_name,
+        status=run.status,
+        read=counts.get("ok", 0),
+        failed=counts.get("failed", 0),
+    )
+    session.delete(run)
+    session.flush()
+    _restore_current(session, project_id)
+    return counts
+
+
+def _restore_current(session: Session, project_id: int) -> None:
+    """Give every item and question of the project without a current suggestion its newest one."""
+    newer = aliased(Suggestion)
+    newest = (
+        select(func.max(newer.run_id))
+        .where(newer.item_id == Suggestion.item_id, newer.question_id == Suggestion.question_id)
+        .scalar_subquery()
+    )
+    session.execute(
+        update(Suggestion)
+        .where(
+            Suggestion.question_id.in_(select(Question.id).where(Question.project_id == project_id)),
+            ~Suggestion.is_current,
+            Suggestion.run_id == newest,
+        )
+        .values(is_current=True)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def mark_interrupted(session: Session, actor: str, keep: Sequence[int] = ()) -> list[int]:
+    """Runs left "running" by a studio that stopped (killed, restarted) are interrupted: nothing reads
+    them any more, and they can be resumed. `keep`: runs still reading. Returns the ids marked."""
+    ids = [i for i in session.scalars(select(Run.id).where(Run.status == "running")) if i not in set(keep)]
+    for run in session.scalars(select(Run).where(Run.id.in_(ids))):
+        run.status = "interrupted"
+        log(session, actor, "run.interrupted", run.project_id, run_id=run.id)
+    return ids
 
 
 def _pending(project_id: int, run_id: int, only_unlabeled: bool) -> list:
@@ -367,7 +488,35 @@ def store_reads(
             )
     session.execute(insert(ItemRead), reads)
     if suggestions:
+        _take_current(session, run_id, suggestions)
         session.execute(insert(Suggestion), suggestions)
+
+
+def _take_current(session: Session, run_id: int, suggestions: list[dict[str, Any]]) -> None:
+    """Mark each new suggestion current unless a newer run already read its item and question (a resumed
+    older run), and clear the flag on the older runs' suggestions of the items it becomes current for."""
+    item_ids = sorted({s["item_id"] for s in suggestions})
+    question_ids = sorted({s["question_id"] for s in suggestions})
+    newer = set(
+        session.execute(
+            select(Suggestion.item_id, Suggestion.question_id).where(
+                Suggestion.item_id.in_(item_ids), Suggestion.question_id.in_(question_ids), Suggestion.run_id > run_id
+            )
+        ).tuples()
+    )
+    for suggestion in suggestions:
+        suggestion["is_current"] = (suggestion["item_id"], suggestion["question_id"]) not in newer
+    session.execute(
+        update(Suggestion)
+        .where(
+            Suggestion.item_id.in_(item_ids),
+            Suggestion.question_id.in_(question_ids),
+            Suggestion.run_id < run_id,
+            Suggestion.is_current,
+        )
+        .values(is_current=False)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def finish_run(session: Session, run_id: int, status: str, error: str | None, actor: str) -> None:
@@ -398,21 +547,25 @@ def failed_reads(session: Session, run_id: int, limit: int = 100) -> list[tuple[
 # Queues -----------------------------------------------------------------------------------------------
 
 
+def _of_run(run_id: int | None, suggestion: Any = Suggestion) -> Any:
+    """Suggestions of one run, or (None) each item's current suggestion: the latest run that read it."""
+    return suggestion.run_id == run_id if run_id is not None else suggestion.is_current
+
+
 def next_in_queue(
     session: Session,
-    run_id: int,
+    run_id: int | None,
     question_id: int,
     strategy: str,
     exclude: Iterable[int] = (),
     start_at: int | None = None,
 ) -> int | None:
-    """The next open item for one question of one run, by the strategy's order; with `start_at`, the
-    first open item at or after that id (wrapping around), which is how a random pick stays an index seek."""
+    """The next open item for one question of one run (None: of each item's current suggestion), by the
+    strategy's order; with `start_at`, the first open item at or after that id (wrapping around), which
+    is how a random pick stays an index seek."""
     if strategy not in QUEUE_ORDER:
         raise ValueError(f"unknown queue {strategy!r}; choose one of {', '.join(QUEUE_ORDER)}")
-    query = select(Suggestion.item_id).where(
-        Suggestion.run_id == run_id, Suggestion.question_id == question_id, Suggestion.is_open
-    )
+    query = select(Suggestion.item_id).where(_of_run(run_id), Suggestion.question_id == question_id, Suggestion.is_open)
     exclude = list(exclude)
     if exclude:
         query = query.where(Suggestion.item_id.not_in(exclude))
@@ -423,13 +576,13 @@ def next_in_queue(
 
 
 def open_candidates(
-    session: Session, run_id: int, question_id: int, strategy: str, exclude: Iterable[int], limit: int
+    session: Session, run_id: int | None, question_id: int, strategy: str, exclude: Iterable[int], limit: int
 ) -> list[tuple[int, str]]:
     """(item id, text) of the first open items by a strategy's order."""
     query = (
         select(Suggestion.item_id, Item.text)
         .join(Item, Item.id == Suggestion.item_id)
-        .where(Suggestion.run_id == run_id, Suggestion.question_id == question_id, Suggestion.is_open)
+        .where(_of_run(run_id), Suggestion.question_id == question_id, Suggestion.is_open)
     )
     exclude = list(exclude)
     if exclude:
@@ -450,9 +603,9 @@ def recent_texts(session: Session, question_id: int, annotator: str, limit: int)
 
 
 def previous_run(session: Session, project_id: int, run_id: int) -> int | None:
-    return session.scalar(
-        select(Run.id).where(Run.project_id == project_id, Run.id < run_id).order_by(Run.id.desc()).limit(1)
-    )
+    """The newest run before this one that read something: the one a comparison of runs sets it against."""
+    run = latest_read_run(session, project_id, before=run_id)
+    return run.id if run else None
 
 
 def next_run_disagreement(
@@ -482,7 +635,7 @@ def next_run_disagreement(
 
 
 def next_human_disagreement(
-    session: Session, run_id: int, question_id: int, annotator: str, exclude: Iterable[int]
+    session: Session, run_id: int | None, question_id: int, annotator: str, exclude: Iterable[int]
 ) -> int | None:
     """An item another annotator answered differently from the model, that this annotator has not answered:
     a second opinion where the first human and the model disagree."""
@@ -494,7 +647,7 @@ def next_human_disagreement(
         select(Suggestion.item_id)
         .join(Response, (Response.item_id == Suggestion.item_id) & (Response.question_id == Suggestion.question_id))
         .where(
-            Suggestion.run_id == run_id,
+            _of_run(run_id),
             Suggestion.question_id == question_id,
             Response.status == "submitted",
             Response.annotator != annotator,
@@ -823,7 +976,8 @@ def export_page(
     fields_as_text: bool,
 ) -> list[Any]:
     """The next items in id order, each as one flat row: (id, external_id, text, fields), then per question
-    the run's (answer, confidence, distribution as JSON text). `fields` comes as stored JSON text if
+    the run's (answer, confidence, distribution as JSON text, run id); with no run, each item's current
+    suggestion (the latest run that read it). `fields` comes as stored JSON text if
     asked, which spares decoding it for a file that holds it as text."""
     query = select(
         Item.id, Item.external_id, Item.text, cast(Item.fields, Text) if fields_as_text else Item.fields
@@ -831,8 +985,8 @@ def export_page(
     for question_id in questions:
         s = aliased(Suggestion)
         query = query.outerjoin(
-            s, and_(s.item_id == Item.id, s.run_id == run_id, s.question_id == question_id)
-        ).add_columns(s.answer, s.confidence, cast(s.distribution, Text))
+            s, and_(s.item_id == Item.id, _of_run(run_id, s), s.question_id == question_id)
+        ).add_columns(s.answer, s.confidence, cast(s.distribution, Text), s.run_id)
     return list(session.connection().execute(query.order_by(Item.id).limit(limit)))
 
 

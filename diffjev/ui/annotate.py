@@ -13,8 +13,10 @@ from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml
 
 from diffjev.services import annotation
+from diffjev.services.prelabel import background_line
 from diffjev.storage import repo
 from diffjev.ui.context import Studio, md_text, refusal
+from diffjev.ui.data import LATEST, LATEST_LABEL, keep_pick, pick_of, run_choices
 
 MAX_KEYS = 9
 HELP = (
@@ -106,8 +108,12 @@ def build(studio: Studio) -> None:
         # project's question ids; any value is checked against the project's schema by the service.
         question = gr.Dropdown([], label="Question", allow_custom_value=True, elem_id="annotate-question")
         queue = gr.Dropdown(list(QUEUES), value="Least confidence first", label="Queue", elem_id="annotate-queue")
+        run_pick = gr.Dropdown([(LATEST_LABEL, LATEST)], value=LATEST, label="Suggestions from", elem_id="annotate-run")
         start = gr.Button("Start", elem_id="annotate-start")
     gr.Markdown(HELP, elem_id="keys-help")
+    # A pre-label run going in the background (this tab's, another tab's, the demo's): its count, refreshed.
+    prelabeling = gr.Markdown(elem_id="annotate-prelabel")
+    ticker = gr.Timer(2.0)
     progress = gr.Markdown(elem_id="annotate-progress")
     with gr.Row():
         with gr.Column(scale=3):
@@ -134,7 +140,7 @@ def build(studio: Studio) -> None:
         annotating = {**annotating, "card": card, "shown_at": time.monotonic()}
         if card is None:
             reason = annotation.empty_queue_reason(
-                studio.db, studio.project, annotating["question"], annotating["strategy"], who
+                studio.db, studio.project, annotating["question"], annotating["strategy"], who, annotating.get("run")
             )
             return (
                 annotating,
@@ -189,13 +195,14 @@ def build(studio: Studio) -> None:
         project_id, schema, rows, _ = studio.schema()
         key = key or schema.questions[0].id  # Start pressed before the page filled the list
         who = studio.annotator(request)
+        run = pick_of(studio, "annotate", request)  # None: each item's latest read
         # The session starts here: undo takes back answers to this question given from now on, nothing older.
         mark = annotation.undo_mark(studio.db, project_id)
         try:
-            card = annotation.next_card(studio.db, studio.project, key, strategy, who)
+            card = annotation.next_card(studio.db, studio.project, key, strategy, who, run=run)
         except (ValueError, repo.NotFound) as exc:  # a setting a person can fix (DIFFJEV_OVERLAP), a wrong id
             raise refusal(exc) from None
-        return show(card, {"strategy": strategy, "question": key, "row": rows[key], "mark": mark}, who)
+        return show(card, {"strategy": strategy, "question": key, "row": rows[key], "mark": mark, "run": run}, who)
 
     def respond(session: dict | None, value: str | None, status: str, request: gr.Request) -> tuple:
         if not session or session.get("card") is None:
@@ -211,6 +218,7 @@ def build(studio: Studio) -> None:
             strategy,
             who,
             skip_item=card.item_id if status == "skipped" else None,
+            run=session.get("run"),
         )
         if status == "skipped":
             note = "Skipped the last item: it waits in the 'Skipped' queue."
@@ -232,7 +240,8 @@ def build(studio: Studio) -> None:
         if not session:  # Start not pressed: this session has answered nothing
             return only_a_note(NOTHING_TO_UNDO)
         who = studio.annotator(request)
-        project_id, schema, rows, run_id = studio.schema()
+        project_id, schema, rows, _ = studio.schema()
+        run_id = session.get("run")  # the picked run, or (None) each item's latest read
         # Only this session's question, and only since Start: the card never switches question under the
         # dropdown, and an earlier session's answers are never taken back by a key pressed now.
         back = annotation.undo_last(studio.db, project_id, who, session["row"], session["mark"])
@@ -279,9 +288,15 @@ def build(studio: Studio) -> None:
         return gr.update(choices=current, value=current[0])
 
     studio.on_load.append((questions, [], [question]))
+    studio.on_load.append((lambda: gr.update(choices=run_choices(studio), value=LATEST), [], [run_pick]))
+    studio.on_load.append((lambda: background_line(studio.project), [], [prelabeling]))
+    ticker.tick(
+        lambda: background_line(studio.project), [], [prelabeling], api_visibility="private", show_progress="hidden"
+    )
     # Answers skip Gradio's queue: each is a few milliseconds of work, and the queue's round trips would
     # cost more than the work itself on every key an annotator presses.
     fast = {"queue": False, "show_progress": "hidden"}
+    keep_pick(studio, "annotate", run_pick)
     start.click(start_queue, [question, queue], outputs, api_name="annotate_start", **fast)
     accept.click(accept_answer, [state], outputs, api_name="accept", **fast)
     for k, button in enumerate(picks):

@@ -60,6 +60,9 @@ class Studio:
     # Model folders a user may name in the Pre-label tab; nothing outside it ($DIFFJEV_MODEL_DIR).
     model_dir: Path = field(default_factory=default_model_dir)
     cancels: dict[str, threading.Event] = field(default_factory=dict)
+    # The run each page picked in a tab's run list, by (page session, tab): kept here rather than passed
+    # to the tab's API events, whose inputs clients already send (none picked: each item's latest read).
+    picked_runs: dict[tuple[str, str], int | None] = field(default_factory=dict)
     # (handler, inputs, outputs) that fill a tab when the page loads
     on_load: list[tuple[Any, list, list]] = field(default_factory=list)
 

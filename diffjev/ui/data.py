@@ -19,6 +19,8 @@ from diffjev.models import ModelLoadError
 from diffjev.services.engine_access import studio_engine_choice
 from diffjev.services.exporting import export_project
 from diffjev.services.importing import dataset_source, import_items
+from diffjev.schema import SchemaError
+from diffjev.services import prelabel as runs
 from diffjev.services.prelabel import prelabel
 from diffjev.storage import repo
 from diffjev.ui.access import NotAnUpload, uploaded_file
@@ -110,6 +112,41 @@ def build_import(studio: Studio) -> None:
 
 
 CONFIGURED = "the studio's engine"
+LATEST = "latest"
+LATEST_LABEL = "Latest reads per item"
+
+
+def run_choices(studio: Studio) -> list[tuple[str, str]]:
+    """The run dropdowns' choices: each item's latest read (the default), then every run, newest first."""
+    rows = runs.run_table(studio.db, studio.project)
+    return [(LATEST_LABEL, LATEST)] + [(f"Run {r[0]} · {r[1]} {r[2]} · {r[3]}", str(r[0])) for r in rows]
+
+
+def picked_run(value: Any) -> int | None:
+    """A run dropdown's value: None for each item's latest read, else the run's number."""
+    if value in (None, "", LATEST, LATEST_LABEL):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise refusal(f"run {value!r} is not a run number; choose a run from the list") from None
+
+
+def keep_pick(studio: Studio, tab: str, component: Any) -> None:
+    """Remember the run a page picks in a tab (see Studio.picked_runs)."""
+
+    def keep(value: Any, request: gr.Request) -> None:
+        studio.picked_runs[(request.session_hash or "", tab)] = picked_run(value)
+
+    component.change(keep, [component], [], api_visibility="private", queue=False, show_progress="hidden")
+
+
+def pick_of(studio: Studio, tab: str, request: gr.Request | None) -> int | None:
+    return studio.picked_runs.get((getattr(request, "session_hash", None) or "", tab))
+
+
+def runs_frame(studio: Studio) -> pd.DataFrame:
+    return pd.DataFrame(runs.run_table(studio.db, studio.project), columns=runs.RUN_COLUMNS)
 
 
 def build_prelabel(studio: Studio) -> None:
@@ -138,6 +175,17 @@ def build_prelabel(studio: Studio) -> None:
         stop = gr.Button("Cancel", elem_id="prelabel-cancel")
     report = gr.Markdown(elem_id="prelabel-report")
     failures = gr.Dataframe(headers=["item", "external id", "error"], interactive=False, elem_id="prelabel-failures")
+    gr.Markdown(
+        "**Runs** (newest first). Delete a run with its suggestions (answers stay), or resume one "
+        "that stopped with the engine chosen above."
+    )
+    run_list = gr.Dataframe(headers=runs.RUN_COLUMNS, interactive=False, elem_id="prelabel-runs")
+    with gr.Row():
+        chosen_run = gr.Dropdown([], label="Run", allow_custom_value=True, elem_id="prelabel-run")
+        delete = gr.Button("Delete run", variant="stop", elem_id="prelabel-delete")
+        resume = gr.Button("Resume run", elem_id="prelabel-resume")
+    # The list refreshes while the tab is open, so a run going in the background shows its count.
+    ticker = gr.Timer(3.0)
 
     def engine_for(kind_name: str, server: str, model_name: str) -> Any:
         if kind_name == CONFIGURED:
@@ -155,25 +203,33 @@ def build_prelabel(studio: Studio) -> None:
             raise refusal(exc) from None
 
     def run(
-        kind_name: str, server: str, model_name: str, which_items: str, request: gr.Request, progress=gr.Progress()
+        kind_name: str,
+        server: str,
+        model_name: str,
+        which_items: str,
+        request: gr.Request,
+        progress=gr.Progress(),
+        run_id: int | None = None,
     ) -> tuple[str, Any]:
         engine = engine_for(kind_name, server, model_name)
         cancel = studio.cancels[studio.project] = threading.Event()
 
         def show(p) -> None:
-            eta = f", about {p.eta_s:.0f} s left" if p.eta_s is not None else ""
-            progress((p.done, p.total), desc=f"{p.items_per_s:.1f} items/s{eta}")
+            progress((p.done, p.total), desc=p.line())
 
         try:
             result = prelabel(
                 studio.db,
                 studio.project,
                 engine,
+                run_id=run_id,
                 only_unlabeled=which_items.startswith("Only"),
                 actor=studio.annotator(request),
                 progress=show,
                 cancel=cancel,
             )
+        except (SchemaError, repo.Conflict, repo.NotFound) as exc:  # refused: no run was made
+            raise refusal(exc) from None
         finally:
             if engine is not studio.chosen.engine:  # made for this run: release its connections
                 engine.close()
@@ -190,8 +246,46 @@ def build_prelabel(studio: Studio) -> None:
         event.set()
         return "Cancelling after the current batch…"
 
-    start.click(run, [kind, url, model, which], [report, failures], api_name="prelabel")
+    def resume_run(
+        kind_name: str,
+        server: str,
+        model_name: str,
+        which_items: str,
+        value: Any,
+        request: gr.Request,
+        progress=gr.Progress(),
+    ) -> tuple[str, Any]:
+        run_id = picked_run(value)
+        if run_id is None:
+            raise gr.Error("Choose a run to resume.")
+        return run(kind_name, server, model_name, which_items, request, progress, run_id=run_id)
+
+    def delete_run(value: Any, request: gr.Request) -> tuple[str, Any]:
+        run_id = picked_run(value)
+        if run_id is None:
+            raise gr.Error("Choose a run to delete.")
+        try:
+            text = runs.delete_run(studio.db, studio.project, run_id, studio.annotator(request))
+        except (repo.Conflict, repo.NotFound) as exc:
+            raise refusal(exc) from None
+        return text, runs_frame(studio)
+
+    def listed() -> tuple[Any, Any]:
+        choices = [c for c in run_choices(studio) if c[1] != LATEST]
+        return runs_frame(studio), gr.update(choices=choices)
+
+    studio.on_load.append((listed, [], [run_list, chosen_run]))
+    ticker.tick(lambda: runs_frame(studio), [], [run_list], api_visibility="private", show_progress="hidden")
+    start.click(run, [kind, url, model, which], [report, failures], api_name="prelabel").then(
+        listed, [], [run_list, chosen_run], api_visibility="private"
+    )
     stop.click(cancel_run, [], [report], api_name="prelabel_cancel", queue=False)
+    resume.click(
+        resume_run, [kind, url, model, which, chosen_run], [report, failures], api_name="prelabel_resume"
+    ).then(listed, [], [run_list, chosen_run], api_visibility="private")
+    delete.click(delete_run, [chosen_run], [report, run_list], api_name="run_delete").then(
+        listed, [], [run_list, chosen_run], api_visibility="private"
+    )
 
 
 def build_export(studio: Studio) -> None:
@@ -199,6 +293,7 @@ def build_export(studio: Studio) -> None:
         fmt = gr.Dropdown(["jsonl", "csv", "parquet", "hf"], value="jsonl", label="Format", elem_id="export-format")
         reviewed = gr.Checkbox(True, label="Only items with a human answer", elem_id="export-reviewed")
         annotator = gr.Textbox(label="Only this annotator (optional)", elem_id="export-annotator")
+        run_pick = gr.Dropdown([(LATEST_LABEL, LATEST)], value=LATEST, label="Model answers from", elem_id="export-run")
     go = gr.Button("Export", variant="primary", elem_id="export-go")
     note = gr.Markdown(elem_id="export-note")
     download = gr.DownloadButton("Download", visible=False, elem_id="export-download")
@@ -212,6 +307,7 @@ def build_export(studio: Studio) -> None:
                 studio.project,
                 target,
                 fmt_name,
+                run_id=pick_of(studio, "export", request),
                 annotator=who.strip() or None,
                 reviewed_only=reviewed_only,
                 actor=studio.annotator(request),
@@ -222,4 +318,6 @@ def build_export(studio: Studio) -> None:
             target = Path(shutil.make_archive(str(target), "zip", target))
         return f"Exported {count} items.", gr.update(value=str(target), visible=True)
 
+    studio.on_load.append((lambda: gr.update(choices=run_choices(studio), value=LATEST), [], [run_pick]))
+    keep_pick(studio, "export", run_pick)
     go.click(run, [fmt, reviewed, annotator], [note, download], api_name="export")

@@ -25,7 +25,7 @@ from diffjev.models import ModelLoadError
 from diffjev.passwords import PasswordBook
 from diffjev.schema import Schema
 from diffjev.services.importing import import_items
-from diffjev.services.prelabel import prelabel
+from diffjev.services.prelabel import interrupt_stale_runs, prelabel
 from diffjev.storage import repo
 from diffjev.storage.db import Database
 from diffjev.storage.models import Project
@@ -258,10 +258,14 @@ def main() -> None:
             raise ValueError(refusal)
         db = Database(default_db_location())
         name, created = ensure_project(db)
+        # A run still marked running was left by a studio that stopped: say so in the run list, resumable.
+        interrupted = interrupt_stale_runs(db)
         chosen: ChosenEngine = choose_engine(EngineChoice())
     except (EngineError, ModelLoadError, repo.NotFound, ValueError) as exc:  # settings a person can fix
         raise SystemExit(f"diffjev: {exc}") from None
     log.info("database %s, project %s, pre-labels from %s", db.url, name, chosen.description)
+    if interrupted:
+        log.info("runs %s were left running by a studio that stopped: marked interrupted", interrupted)
     # Gradio serves every file in its folder to anyone logged in to the app, and its default folder is one
     # per machine: a user of another studio (another project) could fetch this one's downloads and uploads
     # by their address. So each studio process keeps its files in a folder of its own.
