@@ -139,7 +139,8 @@ def read_rows(
         for needed, flag in ((text_field, "the text field"), (id_field, "the id field")):
             if needed is not None and needed not in columns:
                 raise SourceError(
-                    f"{source_name(source)}: no column {needed!r} for {flag}; its columns are {', '.join(map(str, columns))}"
+                    f"{source_name(source)}: no column {needed!r} for {flag}; its columns are "
+                    f"{', '.join(map(str, columns))}"
                 )
         for name in context_fields or ():
             if name not in columns:
@@ -487,7 +488,9 @@ def load_hf_dataset(source: Any, split: str = "train") -> Any:
             raise SourceError(f"cannot load the dataset {source_name(source)!r}: {exc}") from None
     if hasattr(loaded, "keys"):  # a DatasetDict
         if split not in loaded:
-            raise SourceError(f"{source_name(source)} has no split {split!r}; its splits are {', '.join(loaded.keys())}")
+            raise SourceError(
+                f"{source_name(source)} has no split {split!r}; its splits are {', '.join(loaded.keys())}"
+            )
         loaded = loaded[split]
     return loaded
 

@@ -216,7 +216,13 @@ def _store_chunk(session, project_id: int, rows: list[Row], import_id: int) -> i
             continue
         seen.add(key)
         fresh.append(
-            {"external_id": r.external_id, "content_hash": h, "text": r.text, "fields": r.fields, "import_id": import_id}
+            {
+                "external_id": r.external_id,
+                "content_hash": h,
+                "text": r.text,
+                "fields": r.fields,
+                "import_id": import_id,
+            }
         )
     repo.insert_items(session, project_id, fresh)
     return len(fresh)

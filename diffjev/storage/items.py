@@ -64,9 +64,7 @@ def import_item_counts(session: Session, project_id: int, import_id: int) -> tup
 
 def undo_import(session: Session, project_id: int, import_id: int) -> int:
     """Remove the items an import created (their suggestions, reads and leases go with them); returns how many."""
-    removed = session.execute(
-        delete(Item).where(Item.project_id == project_id, Item.import_id == import_id)
-    ).rowcount
+    removed = session.execute(delete(Item).where(Item.project_id == project_id, Item.import_id == import_id)).rowcount
     session.execute(update(Import).where(Import.id == import_id).values(undone_at=utcnow()))
     return removed
 
