@@ -173,8 +173,10 @@ def build_import(studio: Studio) -> None:
     def after_preview(found: dict, text: str) -> tuple:
         return found["note"], confirm_update(text, project_text_field(studio.db, studio.project))
 
-    def columns_chosen(found: dict, text: str, ident: str, ticked: list[str]) -> tuple:
-        return context_choices(found["usable"], text, ident or None, ticked), confirm_update(
+    def columns_chosen(found: dict, text: str, ident: str) -> tuple:
+        # Every other column is offered and ticked again: the ticks are not an input, since a quick second
+        # pick would send ticks the first pick's answer has already taken out of the choices.
+        return context_choices(found["usable"], text, ident or None, None), confirm_update(
             text, project_text_field(studio.db, studio.project)
         )
 
@@ -230,7 +232,7 @@ def build_import(studio: Studio) -> None:
     for chooser in (text_column, id_column):
         chooser.input(
             columns_chosen,
-            [found_state, text_column, id_column, context],
+            [found_state, text_column, id_column],
             [context, confirm],
             api_visibility="private",
         )
