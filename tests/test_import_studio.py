@@ -188,3 +188,31 @@ def test_bad_and_binary_files_are_named_without_a_server_path(studio, client, tm
             assert "list of choices" not in said and uploads not in said and str(tmp_path) not in said, said
             if name.startswith("random"):
                 assert f"{name} is not a text file (CSV, JSONL) or a Parquet file" in said, (api_name, said)
+
+
+def test_undo_browse_and_delete_on_sqlite_and_postgresql(db_url, tmp_path):
+    from diffjev import Schema
+    from diffjev.services import items as item_service
+    from diffjev.services.importing import UndoRefused, undo_import
+    from diffjev.storage.db import Database
+    from conftest import TICKETS
+
+    db = Database(db_url)
+    with db.session() as session:
+        repo.create_project(session, "tickets", Schema.from_dict(TICKETS), "owner")
+    first = import_items(
+        db, "tickets", write(tmp_path / "a.csv", "id,text\na1,Printer 100%_ jam\na2,Other\n"), id_field="id"
+    )
+    second = import_items(db, "tickets", write(tmp_path / "b.csv", "id,text\nb1,Printer fire\n"), id_field="id")
+    page = item_service.browse(db, "tickets", "PRINTER 100%_", "All", 1)  # case-blind, % and _ taken literally
+    assert [r.external_id for r in page.rows] == ["a1"] and page.summary() == "Items 1–1 of 1."
+    answer(db, items_where(db, Item.external_id == "b1")[0].id)
+    assert [r.external_id for r in item_service.browse(db, "tickets", "", "Unanswered", 1).rows] == ["a1", "a2"]
+    with pytest.raises(UndoRefused, match="1 of its 1 items is answered"):
+        undo_import(db, "tickets", second.import_id, "owner")
+    assert undo_import(db, "tickets", first.import_id, "owner") == 2
+    (b1,) = items_where(db)
+    with pytest.raises(item_service.DeleteRefused, match="1 of the 1 selected items is answered"):
+        item_service.delete_items(db, "tickets", [b1.id], "owner", confirmed=True, with_answers=False)
+    assert item_service.delete_items(db, "tickets", [b1.id], "owner", confirmed=True, with_answers=True) == 1
+    assert items_where(db) == []
