@@ -73,6 +73,18 @@ class HubDataset:
         return self.name
 
 
+def source_name(source: Any) -> str:
+    """How a message names a source: a file or folder by its own name, never by where it lies on the server
+    (an upload sits in the server's temporary folder, which is nobody's business on the page)."""
+    if isinstance(source, HubDataset):
+        return source.name
+    if hasattr(source, "iterrows"):
+        return "the DataFrame"
+    if hasattr(source, "features") and hasattr(source, "iter"):
+        return "the dataset"
+    return Path(str(source)).name or str(source)
+
+
 def source_format(source: Any) -> str:
     """csv, jsonl, parquet, dataframe, dataset, hf (a saved folder or a name) or hub (a HubDataset)."""
     if isinstance(source, HubDataset):
@@ -92,7 +104,7 @@ def source_format(source: Any) -> str:
     if path.is_dir() or not path.suffix:
         return "hf"  # a dataset saved with save_to_disk, or a Hub dataset name
     raise SourceError(
-        f"cannot import {source}: use a .csv, .jsonl or .parquet file, a Hugging Face dataset "
+        f"cannot import {source_name(source)}: use a .csv, .jsonl or .parquet file, a Hugging Face dataset "
         f"folder or name, or a pandas DataFrame"
     )
 
@@ -113,7 +125,11 @@ def read_rows(
     split: str = "train",
     limits: Limits = Limits(),
 ) -> Iterator[Row | Rejected]:
-    """Rows of a source, each either a Row to import or the reason it was rejected."""
+    """Rows of a source, each either a Row to import or the reason it was rejected.
+
+    The text and id columns are never context too: an item would carry its text twice."""
+    if context_fields is not None:
+        context_fields = [name for name in context_fields if name not in (text_field, id_field)]
     records = _records(source, source_format(source), split)
     columns = next(records)  # every reader yields its column names first (None when rows may differ)
     if columns is not None:
@@ -123,12 +139,13 @@ def read_rows(
         for needed, flag in ((text_field, "the text field"), (id_field, "the id field")):
             if needed is not None and needed not in columns:
                 raise SourceError(
-                    f"{source}: no column {needed!r} for {flag}; its columns are {', '.join(map(str, columns))}"
+                    f"{source_name(source)}: no column {needed!r} for {flag}; its columns are "
+                    f"{', '.join(map(str, columns))}"
                 )
         for name in context_fields or ():
             if name not in columns:
                 raise SourceError(
-                    f"{source}: no context column {name!r}; its columns are {', '.join(map(str, columns))}"
+                    f"{source_name(source)}: no context column {name!r}; its columns are {', '.join(map(str, columns))}"
                 )
     for line, record in records:
         if isinstance(record, Rejected):
@@ -143,31 +160,62 @@ def _check_column_names(source: Any, columns: Sequence[Any], used: Sequence[Any]
     for position, name in enumerate(columns, start=1):
         if name in used and isinstance(name, str) and _undecodable(name):
             raise SourceError(
-                f"{source}: line 1, the header: column {position} ({name!r}) has bytes that are "
+                f"{source_name(source)}: line 1, the header: column {position} ({name!r}) has bytes that are "
                 f"not UTF-8; save the file as UTF-8, or leave that column out of the context "
                 f"columns"
             )
 
 
-def peek(source: Any, rows: int = 5, split: str = "train") -> tuple[list[str], list[dict[str, Any]]]:
-    """A source's column names and first rows, for choosing the text and context columns."""
+@dataclass(frozen=True)
+class Peek:
+    """The first rows of a source, for choosing its columns: the column names, the first good rows, and the
+    rows among those read that the import would reject too, each with its line."""
+
+    columns: list[str]
+    rows: list[dict[str, Any]]
+    rejects: list[Rejected]
+
+
+PEEK_MAX_LINES = 200  # how far a preview reads for its good rows, so a file of bad rows is not read whole
+
+
+def peek(source: Any, rows: int = 5, split: str = "train") -> Peek:
+    """A source's column names and first good rows; the bad rows met on the way are named by line, as the
+    import names them (bytes that are not UTF-8, a line that is not JSON, a wrong number of fields)."""
     records = _records(source, source_format(source), split)
     columns = next(records)
-    first = []
-    for _, record in records:
-        if isinstance(record, dict):
+    first: list[dict[str, Any]] = []
+    rejects: list[Rejected] = []
+    for read, (line, record) in enumerate(records, start=1):
+        problem = _peek_problem(line, record)
+        if problem is None:
             first.append(record)
-        if len(first) >= rows:
+        else:
+            rejects.append(problem)
+        if len(first) >= rows or read >= PEEK_MAX_LINES:
             break
     if columns is None:  # JSONL: the fields of the first rows, in order of appearance
         columns = list(dict.fromkeys(k for r in first for k in r))
-    return [str(c) for c in columns], first
+    return Peek([str(c) for c in columns], first, rejects)
+
+
+def _peek_problem(line: int, record: Any) -> Rejected | None:
+    """Why a record cannot be shown or imported whatever columns are chosen, or None."""
+    if isinstance(record, Rejected):
+        return record
+    if not isinstance(record, dict):
+        return Rejected(line, "not an object with named fields")
+    if any(isinstance(v, str) and _undecodable(v) for v in record.values()):
+        return Rejected(line, "bytes that are not UTF-8")
+    return None
 
 
 def _records(source: Any, fmt: str, split: str) -> Iterator[Any]:
     """A reader over the source: its column names first (None when rows may differ), then (line, record)."""
     if fmt in ("csv", "jsonl", "parquet") and not Path(source).is_file():
-        raise SourceError(f"no file at {source}")
+        raise SourceError(f"no file at {source_name(source)}")
+    if fmt in ("csv", "jsonl"):
+        _check_text_file(source)
     readers = {
         "csv": _csv_records,
         "jsonl": _jsonl_records,
@@ -316,6 +364,25 @@ def _undecodable(text: str) -> bool:
     return _ESCAPED_BYTE.search(text) is not None
 
 
+NOT_TEXT_OR_PARQUET = (
+    "{name} is not a text file (CSV, JSONL) or a Parquet file; save the items as UTF-8 CSV or JSONL, or as Parquet"
+)
+
+
+# Characters no text file holds: control characters (but tab, line and page breaks), and bytes not UTF-8.
+_NOT_TEXT = re.compile("[\x00-\x08\x0e-\x1f\udc80-\udcff]")
+NOT_TEXT_SHARE = 0.3  # random bytes score about 0.5; a Latin-1 file of accented words a few percent
+
+
+def _check_text_file(path: Any) -> None:
+    """A CSV or JSONL file must be text. One bad row is rejected by its line, but a binary file (an image, a
+    zip, UTF-16 text) would be all bad rows: its first block, mostly characters no text holds, names it."""
+    with open(path, "rb") as f:
+        block = f.read(8192).decode("utf-8", errors="surrogateescape")
+    if block and len(_NOT_TEXT.findall(block)) > NOT_TEXT_SHARE * len(block):
+        raise SourceError(NOT_TEXT_OR_PARQUET.format(name=source_name(path)))
+
+
 def _csv_records(path: Any) -> Iterator[Any]:
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     # surrogateescape keeps reading past bytes that are not UTF-8, so the row holding them can be named
@@ -359,9 +426,13 @@ def _jsonl_records(path: Any) -> Iterator[Any]:
 
 
 def _parquet_records(path: Any) -> Iterator[Any]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    f = pq.ParquetFile(path)
+    try:
+        f = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError):  # its message names the server's path: the user needs what it is
+        raise SourceError(NOT_TEXT_OR_PARQUET.format(name=source_name(path))) from None
     yield f.schema_arrow.names
     row = 0
     for batch in f.iter_batches(batch_size=SLICE_ROWS):
@@ -396,13 +467,16 @@ def load_hf_dataset(source: Any, split: str = "train") -> Any:
         try:
             loaded = datasets.load_from_disk(str(path))
         except (FileNotFoundError, ValueError) as exc:
-            raise SourceError(f"{source} is not a dataset folder written by save_to_disk: {exc}") from None
+            raise SourceError(
+                f"{source_name(source)} is not a dataset folder written by save_to_disk: "
+                f"{str(exc).replace(str(path), source_name(source))}"
+            ) from None
     else:
         from diffjev.models import hub_reachable
 
         why = hub_reachable()
         if why is not None:
-            raise SourceError(f"cannot load the dataset {source!r}: it is not a local folder and {why}")
+            raise SourceError(f"cannot load the dataset {source_name(source)!r}: it is not a local folder and {why}")
         try:
             if isinstance(source, HubDataset):  # download the Hub's copy; load_dataset(name) would look locally first
                 from huggingface_hub import snapshot_download
@@ -411,10 +485,12 @@ def load_hf_dataset(source: Any, split: str = "train") -> Any:
             else:
                 loaded = datasets.load_dataset(str(source))
         except Exception as exc:  # the Hub client raises many types; the user needs the message
-            raise SourceError(f"cannot load the dataset {source!r}: {exc}") from None
+            raise SourceError(f"cannot load the dataset {source_name(source)!r}: {exc}") from None
     if hasattr(loaded, "keys"):  # a DatasetDict
         if split not in loaded:
-            raise SourceError(f"{source} has no split {split!r}; its splits are {', '.join(loaded.keys())}")
+            raise SourceError(
+                f"{source_name(source)} has no split {split!r}; its splits are {', '.join(loaded.keys())}"
+            )
         loaded = loaded[split]
     return loaded
 

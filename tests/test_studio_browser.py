@@ -64,6 +64,9 @@ def test_schema_import_prelabel_annotate_by_keyboard_undo_and_export(browser, tm
         page.locator("#import-preview").click()
         page.wait_for_function("document.querySelector('#import-table').innerText.includes('Refund my invoice')")
         choose(page, "#import-text", "body")
+        # the text is not in the project's text field ("text"): the import asks first
+        page.wait_for_function("document.querySelector('#import-confirm')?.innerText.includes(\"column 'body'\")")
+        page.locator("#import-confirm input").check()
         page.locator("#import-go").click()
         page.wait_for_function("document.querySelector('#import-report').innerText.includes('Imported 3')")
         assert "line 4: empty text" in page.inner_text("#import-report")
@@ -215,6 +218,8 @@ def test_markup_in_names_and_messages_loads_nothing(browser, tmp_path, dgemma_en
             page.wait_for_function(
                 f"document.querySelector('#import-table').innerText.includes('{huge}')", timeout=30_000
             )
+            page.wait_for_function("document.querySelector('#import-confirm')?.innerText.includes(\"column 'body'\")")
+            page.locator("#import-confirm input").check()  # the text is not in the project's text field
             page.locator("#import-go").click()
             page.wait_for_function("document.querySelector('#import-report').innerText.includes('mported')")
             page.wait_for_timeout(800)

@@ -17,7 +17,8 @@ from typing import Any, Callable, Sequence
 
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
 
-from diffjev.io import HubDataset, Limits, Rejected, Row, SourceError, read_rows
+from diffjev.io import HubDataset, Limits, Rejected, Row, SourceError, read_rows, source_name
+from diffjev.storage import items as item_store
 from diffjev.storage import repo
 from diffjev.storage.db import Database
 
@@ -35,6 +36,7 @@ class ImportReport:
     duplicates: int = 0
     rejected: int = 0
     rejects: list[Rejected] = field(default_factory=list)
+    import_id: int | None = None  # the import's record once it stored a chunk: what undo_import takes
 
     def summary(self) -> str:
         lines = [f"imported {self.imported}, duplicates {self.duplicates}, rejected {self.rejected}"]
@@ -105,10 +107,17 @@ def import_items(
     with db.read() as session:
         project = repo.get_project(session, project_name)
         project_id, default_text = project.id, project.text_field
-    rows = read_rows(source, text_field or default_text, id_field, context_fields, split, limits)
+    text_field = text_field or default_text
+    rows = read_rows(source, text_field, id_field, context_fields, split, limits)
     report = ImportReport()
+
+    def record_import() -> int:
+        return db.write(
+            lambda session: item_store.create_import(session, project_id, source_name(source), text_field, actor)
+        )
+
     try:
-        _import_chunks(db, project_id, rows, chunk_rows, report, progress)
+        _import_chunks(db, project_id, rows, chunk_rows, report, progress, record_import)
     except BaseException as exc:
         # The chunks stored so far stay stored: the audit trail says so, and why the import stopped. A
         # failure to write that event (the database gone) must not hide the reason the import stopped. A
@@ -128,19 +137,23 @@ def _import_chunks(
     chunk_rows: int,
     report: ImportReport,
     progress: Callable[[ImportReport], None] | None,
+    record_import: Callable[[], int],
 ) -> None:
     while True:
-        chunk = list(islice(rows, chunk_rows))
+        chunk = list(islice(rows, chunk_rows))  # the first read checks the columns: a refused source records nothing
         if not chunk:
             return
+        if report.import_id is None:
+            report.import_id = record_import()
+        import_id = report.import_id
         good = [r for r in chunk if not isinstance(r, Rejected)]
         rejected = [r for r in chunk if isinstance(r, Rejected)]
         try:
-            added = db.write(lambda session: _store_chunk(session, project_id, good))
+            added = db.write(lambda session: _store_chunk(session, project_id, good, import_id))
         except (DataError, IntegrityError, StatementError) as exc:
             if isinstance(exc, OperationalError):  # the database itself failed, not a row: nothing to retry
                 raise
-            added, refused = db.write(lambda session: _store_rows_one_by_one(session, project_id, good))
+            added, refused = db.write(lambda session: _store_rows_one_by_one(session, project_id, good, import_id))
             refused_lines = {r.line for r in refused}
             good = [r for r in good if r.line not in refused_lines]
             rejected = sorted(rejected + refused, key=lambda r: r.line)
@@ -170,7 +183,7 @@ def _log_import(
         )
 
 
-def _store_rows_one_by_one(session, project_id: int, rows: list[Row]) -> tuple[int, list[Rejected]]:
+def _store_rows_one_by_one(session, project_id: int, rows: list[Row], import_id: int) -> tuple[int, list[Rejected]]:
     """Store a chunk the database refused as a whole, each row in its own savepoint; returns how many were
     added and the rows the database refused, each with the database's reason. The reason is the driver's
     first line only: the statement and its parameters (other rows' texts) are never repeated."""
@@ -178,7 +191,7 @@ def _store_rows_one_by_one(session, project_id: int, rows: list[Row]) -> tuple[i
     for row in rows:
         try:
             with session.begin_nested():
-                added += _store_chunk(session, project_id, [row])
+                added += _store_chunk(session, project_id, [row], import_id)
         except (DataError, IntegrityError, StatementError) as exc:
             if isinstance(exc, OperationalError):
                 raise
@@ -187,7 +200,7 @@ def _store_rows_one_by_one(session, project_id: int, rows: list[Row]) -> tuple[i
     return added, refused
 
 
-def _store_chunk(session, project_id: int, rows: list[Row]) -> int:
+def _store_chunk(session, project_id: int, rows: list[Row], import_id: int) -> int:
     """Insert, in file order, the rows not stored yet nor repeated earlier in the chunk; returns how many."""
     hashes = [r.content_hash for r in rows]
     have_ids, have_hashes = repo.existing_keys(
@@ -202,6 +215,57 @@ def _store_chunk(session, project_id: int, rows: list[Row]) -> int:
         if key in seen:
             continue
         seen.add(key)
-        fresh.append({"external_id": r.external_id, "content_hash": h, "text": r.text, "fields": r.fields})
+        fresh.append(
+            {
+                "external_id": r.external_id,
+                "content_hash": h,
+                "text": r.text,
+                "fields": r.fields,
+                "import_id": import_id,
+            }
+        )
     repo.insert_items(session, project_id, fresh)
     return len(fresh)
+
+
+# Undoing an import -------------------------------------------------------------------------------------------
+
+
+class UndoRefused(ValueError):
+    """An import that cannot be undone; the message says why and what to do instead."""
+
+
+def project_text_field(db: Database, project_name: str) -> str:
+    """The column a project's items are read from unless an import names another."""
+    with db.read() as session:
+        return repo.get_project(session, project_name).text_field
+
+
+def recent_imports(db: Database, project_name: str, limit: int = 20) -> list[item_store.ImportSummary]:
+    with db.read() as session:
+        return item_store.recent_imports(session, repo.get_project(session, project_name).id, limit)
+
+
+def undo_import(db: Database, project_name: str, import_id: int, actor: str) -> int:
+    """Remove the items an import created, if none of them is answered yet; returns how many were removed.
+
+    An answered item holds someone's work: the whole import is refused, and the message says how many are
+    answered (the unanswered ones can still be deleted in the Items view)."""
+
+    def work(session) -> int:
+        project_id = repo.get_project(session, project_name).id
+        found = item_store.get_import(session, project_id, import_id)
+        if found is None or found.undone_at is not None:
+            raise UndoRefused(f"no import {import_id} to undo in this project")
+        total, answered = item_store.import_item_counts(session, project_id, import_id)
+        if answered:
+            raise UndoRefused(
+                f"import {import_id} ({found.source}) cannot be undone: {answered} of its {total} items "
+                f"{'is' if answered == 1 else 'are'} answered already. Nothing was removed; delete the items "
+                f"you do not want in the Items tab instead"
+            )
+        removed = item_store.undo_import(session, project_id, import_id)
+        repo.log(session, actor, "items.import_undone", project_id, import_id=import_id, removed=removed)
+        return removed
+
+    return db.write(work)

@@ -121,6 +121,21 @@ class Item(Base):
     text: Mapped[str] = mapped_column(Text)
     fields: Mapped[dict[str, Any]]
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    # The import that created it (None for items from before imports were recorded): what undoing it removes.
+    import_id: Mapped[int | None] = mapped_column(Integer, index=True)
+
+
+class Import(Base):
+    """One import into a project: the file it read (its name, never a server path) and who ran it."""
+
+    __tablename__ = "imports"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
+    source: Mapped[str] = mapped_column(String(500))
+    text_field: Mapped[str] = mapped_column(String(200))
+    actor: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    undone_at: Mapped[datetime | None] = mapped_column(Timestamp)
 
 
 class Run(Base):

@@ -14,13 +14,20 @@ import pandas as pd
 
 from diffjev.engines.auto import ENGINE_CHOICES, choose_engine
 from diffjev.engines.base import EngineError
-from diffjev.io import ExportError, SourceError, peek
+from diffjev.io import ExportError, Peek, SourceError, peek
 from diffjev.models import ModelLoadError
 from diffjev.services.engine_access import studio_engine_choice
 from diffjev.services.exporting import export_project
-from diffjev.services.importing import dataset_source, import_items
 from diffjev.schema import SchemaError
 from diffjev.services import prelabel as runs
+from diffjev.services.importing import (
+    UndoRefused,
+    dataset_source,
+    import_items,
+    project_text_field,
+    recent_imports,
+    undo_import,
+)
 from diffjev.services.prelabel import prelabel
 from diffjev.storage import repo
 from diffjev.ui.access import NotAnUpload, uploaded_file
@@ -50,6 +57,70 @@ def preview_cell(value: Any) -> str:
         return str(value)
 
 
+# Columns that name an item rather than say something about it: preselected as the id, never as context.
+ID_COLUMNS = ("id", "external_id", "uid", "uuid", "guid", "key", "item_id", "doc_id", "_id")
+TEXT_COLUMNS = ("text", "body", "content", "message")
+
+
+def guess_columns(columns: list[str], project_text: str) -> tuple[str, str | None]:
+    """The text column (the project's own where the file has it) and an id-like column, if any."""
+    lowered = {c.lower(): c for c in columns}
+    text = project_text if project_text in columns else next((lowered[n] for n in TEXT_COLUMNS if n in lowered), None)
+    text = text or columns[0]
+    ident = next((lowered[n] for n in ID_COLUMNS if n in lowered and lowered[n] != text), None)
+    return text, ident
+
+
+def context_choices(columns: list[str], text: str | None, ident: str | None, ticked: list[str] | None) -> Any:
+    """The context columns to offer: every column but the text and the id, which an item holds already."""
+    offered = [c for c in columns if c not in (text, ident)]
+    kept = offered if ticked is None else [c for c in ticked if c in offered]
+    return gr.update(choices=offered, value=kept)
+
+
+def confirm_update(text: str | None, project_text: str) -> Any:
+    """The tick that confirms reading the text from a column that is not the project's text field."""
+    differs = bool(text) and text != project_text
+    label = f"The text is in column '{text}', not the project's field '{project_text}': import it from '{text}'"
+    return gr.update(visible=differs, value=False, label=label if differs else "")
+
+
+def readable(name: str) -> str:
+    """A column name as the page can show it: bytes that are not UTF-8 as the replacement character."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def preview_note(found: Peek, unreadable: list[str]) -> str:
+    lines = []
+    if found.rejects:
+        lines.append(
+            f"**{len(found.rejects)} bad row(s)** among the first lines, left out of the preview; "
+            f"the import rejects them too:"
+        )
+        lines += [f"- line {r.line}: {md_text(r.reason)}" for r in found.rejects[:20]]
+    if unreadable:
+        lines.append(
+            f"Column name(s) {md_text(', '.join(unreadable))} hold bytes that are not UTF-8 and cannot be chosen; "
+            f"save the file as UTF-8 to use them."
+        )
+    if not found.rows:
+        lines.append("No good row among the first lines.")
+    return "\n".join(lines)
+
+
+def import_choices(studio: Studio) -> Any:
+    imports = recent_imports(studio.db, studio.project)
+    choices = [
+        (
+            f"#{i.id} · {i.source} · {i.items} items · text from '{i.text_field}' · by {i.actor}, "
+            f"{i.created_at:%Y-%m-%d %H:%M}",
+            str(i.id),
+        )
+        for i in imports
+    ]
+    return gr.update(choices=choices, value=choices[0][1] if choices else None)
+
+
 def build_import(studio: Studio) -> None:
     with gr.Row():
         upload = gr.File(
@@ -61,34 +132,72 @@ def build_import(studio: Studio) -> None:
         )
     look = gr.Button("Preview", elem_id="import-preview")
     preview = gr.Dataframe(label="First rows", interactive=False, elem_id="import-table")
+    note = gr.Markdown(elem_id="import-preview-note")
+    # What the preview found beyond its table: the columns that may be chosen, and the note on bad rows.
+    found_state = gr.State({"usable": [], "note": ""})
     with gr.Row():
         text_column = gr.Dropdown([], label="Text column", elem_id="import-text")
         id_column = gr.Dropdown([], label="Id column (optional)", elem_id="import-id")
         context = gr.CheckboxGroup([], label="Context columns", elem_id="import-context")
+    confirm = gr.Checkbox(False, visible=False, elem_id="import-confirm")
     go = gr.Button("Import", variant="primary", elem_id="import-go")
     report = gr.Markdown(elem_id="import-report")
+    gr.Markdown("### Undo an import\nRemoves the items an import created, if none of them is answered yet.")
+    with gr.Row():
+        # Any import number is taken (undo_import looks it up in this project): the list is only a guide.
+        which_import = gr.Dropdown([], label="Import", allow_custom_value=True, elem_id="import-undo-which")
+        undo = gr.Button("Undo this import", elem_id="import-undo")
+    undo_note = gr.Markdown(elem_id="import-undo-note")
+    studio.on_load.append((lambda: import_choices(studio), [], [which_import]))
 
     def show(upload: Any, dataset_name: str) -> tuple:
         try:
-            columns, rows = peek(_source(studio, upload, dataset_name))
+            found = peek(_source(studio, upload, dataset_name))
         except SourceError as exc:
             raise refusal(exc) from None
-        text = next((c for c in columns if c.lower() in ("text", "body", "content", "message")), columns[0])
-        ident = next((c for c in columns if c.lower() in ("id", "external_id", "uid")), None)
-        others = [c for c in columns if c not in (text, ident)]
+        names = [readable(c) for c in found.columns]
+        usable = [c for c, shown in zip(found.columns, names) if c == shown]
+        if not usable:
+            raise refusal("no column name of this file is UTF-8 text; save the file as UTF-8")
+        project_text = project_text_field(studio.db, studio.project)
+        text, ident = guess_columns(usable, project_text)
         # The preview shows each cell as text: a file's values (an integer past 64 bits, a nested object)
         # are anything JSON allows, and the page's own encoder would refuse some of them.
-        shown = [[preview_cell(r.get(c)) for c in columns] for r in rows]
+        shown = [[preview_cell(r.get(c)) for c in found.columns] for r in found.rows]
         return (
-            pd.DataFrame(shown, columns=columns),
-            gr.update(choices=columns, value=text),
-            gr.update(choices=[""] + columns, value=ident or ""),
-            gr.update(choices=columns, value=others),
+            pd.DataFrame(shown, columns=names),
+            gr.update(choices=usable, value=text),
+            gr.update(choices=[""] + usable, value=ident or ""),
+            context_choices(usable, text, ident, None),
+            {"usable": usable, "note": preview_note(found, [n for n in names if n not in usable])},
+        )
+
+    def after_preview(found: dict, text: str) -> tuple:
+        return found["note"], confirm_update(text, project_text_field(studio.db, studio.project))
+
+    def columns_chosen(found: dict, text: str, ident: str) -> tuple:
+        # Every other column is offered and ticked again: the ticks are not an input, since a quick second
+        # pick would send ticks the first pick's answer has already taken out of the choices.
+        return context_choices(found["usable"], text, ident or None, None), confirm_update(
+            text, project_text_field(studio.db, studio.project)
         )
 
     def run(
-        upload: Any, dataset_name: str, text: str, ident: str, context_columns: list[str], request: gr.Request
+        upload: Any,
+        dataset_name: str,
+        text: str,
+        ident: str,
+        context_columns: list[str],
+        confirmed: bool | None = None,
+        request: gr.Request = None,
     ) -> str:
+        project_text = project_text_field(studio.db, studio.project)
+        if text and text != project_text and not confirmed:
+            return (
+                f"⚠️ Nothing imported: the text would come from column **{md_text(text)}**, not the project's "
+                f"text field **{md_text(project_text)}**. If that column does hold the text, tick the box above "
+                f"and press Import again; otherwise choose the file that has a **{md_text(project_text)}** column."
+            )
         try:
             result = import_items(
                 studio.db,
@@ -102,13 +211,37 @@ def build_import(studio: Studio) -> None:
         except SourceError as exc:
             return f"⚠️ {md_text(str(exc))}"
         lines = [f"**Imported {result.imported}**, duplicates {result.duplicates}, rejected {result.rejected}."]
+        if result.imported:
+            lines[0] += f" Import #{result.import_id} can be undone below while none of its items is answered."
         lines += [f"- line {r.line}: {md_text(r.reason)}" for r in result.rejects[:50]]
         if result.rejected > 50:
             lines.append(f"- … and {result.rejected - 50} more")
         return "\n".join(lines)
 
-    look.click(show, [upload, dataset], [preview, text_column, id_column, context], api_name="import_preview")
-    go.click(run, [upload, dataset, text_column, id_column, context], [report], api_name="import_items")
+    def undo_chosen(chosen: str | None, request: gr.Request) -> tuple[str, Any]:
+        if not chosen or not str(chosen).isdigit():
+            return "⚠️ Choose an import to undo.", import_choices(studio)
+        try:
+            removed = undo_import(studio.db, studio.project, int(chosen), studio.annotator(request))
+        except UndoRefused as exc:
+            return f"⚠️ {md_text(str(exc))}", import_choices(studio)
+        return f"Import #{int(chosen)} undone: {removed} items removed.", import_choices(studio)
+
+    # The API's answers keep their shape: the note, the tick and the list of imports follow as events of their own.
+    look.click(
+        show, [upload, dataset], [preview, text_column, id_column, context, found_state], api_name="import_preview"
+    ).then(after_preview, [found_state, text_column], [note, confirm], api_visibility="private")
+    for chooser in (text_column, id_column):
+        chooser.input(
+            columns_chosen,
+            [found_state, text_column, id_column],
+            [context, confirm],
+            api_visibility="private",
+        )
+    go.click(run, [upload, dataset, text_column, id_column, context, confirm], [report], api_name="import_items").then(
+        lambda: import_choices(studio), [], [which_import], api_visibility="private"
+    )
+    undo.click(undo_chosen, [which_import], [undo_note, which_import], api_name="import_undo")
 
 
 CONFIGURED = "the studio's engine"

@@ -29,7 +29,7 @@ from diffjev.services.prelabel import interrupt_stale_runs, prelabel
 from diffjev.storage import repo
 from diffjev.storage.db import Database
 from diffjev.storage.models import Project
-from diffjev.ui import annotate, data, playground, project, review
+from diffjev.ui import annotate, data, items, playground, project, review
 from diffjev.ui.access import AccessGate, hub_sign_in_configured, signed_in_hub_user
 from diffjev.ui.context import Studio, md_text
 
@@ -131,6 +131,8 @@ def build_blocks(studio: Studio) -> gr.Blocks:
                 project.build(studio)
             with gr.Tab("Import", id="import"):
                 data.build_import(studio)
+            with gr.Tab("Items", id="items"):
+                items.build(studio)
             with gr.Tab("Pre-label", id="prelabel"):
                 data.build_prelabel(studio)
             with gr.Tab("Review", id="review"):

@@ -1,0 +1,97 @@
+"""Importing in a real browser: the columns a preview picks, a bad row named by line, the question asked
+before reading the text from another column, an import undone, and the Items tab."""
+
+import json
+import shutil
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+from studio_fixtures import BROWSER_ARGS, serve_studio, studio_db
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True, args=BROWSER_ARGS
+        )
+        yield b
+        b.close()
+
+
+def choose(page, dropdown: str, option: str) -> None:
+    """Pick a dropdown option with the mouse, and wait until the dropdown shows it."""
+    page.locator(f"{dropdown} input").click()
+    page.get_by_role("option", name=option, exact=True).click()
+    page.wait_for_function(f"document.querySelector('{dropdown} input').value === {json.dumps(option)}")
+
+
+def wait_for_text(page, selector: str, text: str) -> None:
+    page.wait_for_function(
+        f"(document.querySelector('{selector}')?.innerText || '').includes({json.dumps(text)})", timeout=30_000
+    )
+
+
+def context_offered(page) -> list[str]:
+    return [label.strip() for label in page.locator("#import-context label").all_inner_texts()]
+
+
+def test_preview_picks_columns_names_bad_rows_asks_before_another_text_column_and_undoes(
+    browser, tmp_path, dgemma_engine
+):
+    db = studio_db(tmp_path / "browser-import.db", ["Already here"])
+    server, _ = serve_studio(db, dgemma_engine)
+    path = tmp_path / "tickets.csv"
+    path.write_bytes(
+        b"uuid,title,text,plan\n"
+        b"u1,Outage,The site is down,pro\n"
+        b"u2,Caf\xe9,Latin-1 bytes here,free\n"  # line 3: not UTF-8
+        b"u3,Billing,Refund my invoice,team\n"
+    )
+    with server:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(server.url)
+        page.get_by_role("tab", name="Import").click()
+        page.locator("#import-file input[type=file]").set_input_files(str(path))
+        page.locator("#import-preview").click()
+        wait_for_text(page, "#import-table", "Refund my invoice")
+        wait_for_text(page, "#import-preview-note", "line 3: bytes that are not UTF-8")
+        assert "Latin" not in page.inner_text("#import-table")
+        assert page.locator("#import-text input").input_value() == "text"
+        assert page.locator("#import-id input").input_value() == "uuid"
+        assert context_offered(page) == ["title", "plan"]
+        assert page.locator("#import-context input:checked").count() == 2
+        assert not page.locator("#import-confirm").is_visible()  # the project's own text field: nothing to ask
+
+        # Reading the text from another column: it leaves the context, and the import asks first.
+        choose(page, "#import-text", "title")
+        page.wait_for_function("!document.querySelector('#import-context').innerText.includes('title')")
+        assert context_offered(page) == ["text", "plan"]
+        wait_for_text(page, "#import-confirm", "not the project's field 'text'")
+        page.locator("#import-go").click()
+        wait_for_text(page, "#import-report", "Nothing imported")
+        choose(page, "#import-text", "text")
+        page.locator("#import-go").click()
+        wait_for_text(page, "#import-report", "Imported 2")
+        assert "line 3: bytes that are not UTF-8" in page.inner_text("#import-report")
+
+        # The Items tab finds them; undoing the import removes them.
+        page.get_by_role("tab", name="Items").click()
+        page.locator("#items-search textarea, #items-search input").first.fill("invoice")
+        page.locator("#items-show").click()
+        wait_for_text(page, "#items-summary", "Items 1–1 of 1.")
+        page.locator("#items-key textarea, #items-key input").first.fill("u3")
+        page.locator("#items-open").click()
+        wait_for_text(page, "#items-item", "Refund my invoice")
+        assert "plan: team" in page.inner_text("#items-item") and "no answer yet" in page.inner_text("#items-item")
+        page.get_by_role("tab", name="Import").click()
+        page.wait_for_function(
+            "document.querySelector('#import-undo-which input').value.includes('tickets.csv · 2 items')"
+        )
+        page.locator("#import-undo").click()
+        wait_for_text(page, "#import-undo-note", "2 items removed")
+        page.get_by_role("tab", name="Items").click()
+        page.locator("#items-show").click()
+        wait_for_text(page, "#items-summary", "No items match.")
+        page.close()
