@@ -147,8 +147,8 @@ def recommend(curve: Sequence[AcceptPoint], target_accuracy: float) -> Recommend
     sure = [pt for pt in curve if pt.low >= target_accuracy]
     if sure:
         return Recommendation(max(sure, key=lambda pt: (pt.coverage, -pt.threshold)), None, None)
-    needs = [(answers_needed(pt.accuracy, target_accuracy) - pt.accepted, pt) for pt in curve]
-    hopeful = [(more, pt) for more, pt in needs if more > 0 and more != MAX_ANSWERS]
+    needs = [(answers_needed(pt.accuracy, target_accuracy), pt) for pt in curve]
+    hopeful = [(needed - pt.accepted, pt) for needed, pt in needs if pt.accepted < needed < MAX_ANSWERS]
     if not hopeful:
         return Recommendation(None, None, None)
     more, pt = min(hopeful, key=lambda m: (m[0], -m[1].coverage))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from diffjev.services.annotation import project_question, project_schema
 from diffjev.storage import repo
@@ -78,6 +78,32 @@ def low_confidence_accepts(
     return [
         _row(p, key_of) for p in pairs if p.source == "accepted" and p.confidence is not None and p.confidence < below
     ][:limit]
+
+
+ANSWER_FIRST = "No item has a human answer yet: answer some on the Annotate tab, then press Refresh."
+NO_RUN = "No run has pre-labeled this project's items: start one on the Pre-label tab, then press Refresh."
+
+
+def why_empty(db: Database, project_name: str) -> dict[str, str]:
+    """Per review table, the sentence that says why it has no rows and what to do: shown in place of
+    an empty table."""
+    project_id, _, rows, run_id = project_schema(db, project_name)
+    with db.read() as session:
+        answered = session.scalar(
+            select(func.count())
+            .select_from(Response)
+            .where(Response.question_id.in_(list(rows.values())), Response.status == "submitted")
+        )
+    prior = ANSWER_FIRST if not answered else NO_RUN if run_id is None else None
+    return {
+        "disagreements": prior
+        or f"The model and the humans agree on every answered item the latest run read (run {run_id}).",
+        "unsure": prior or f"No suggestion was accepted while the model's confidence was below {LOW_CONFIDENCE}.",
+        "agreement": "No item has answers from two annotators yet: the *Second opinion* and *Double annotation* "
+        "queues on the Annotate tab send items to a second annotator.",
+        "agreement differ": "The annotators agree on every item they both answered.",
+        "comparison": "No run yet: start one on the Pre-label tab, then compare.",
+    }
 
 
 def agreement(db: Database, project_name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

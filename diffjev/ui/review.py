@@ -53,12 +53,16 @@ def run_number(value: Any) -> int:
 def build(studio: Studio) -> None:
     refresh = gr.Button("Refresh", elem_id="review-refresh")
     summary = gr.Dataframe(label="Per question", interactive=False, elem_id="review-summary")
+    gr.Markdown("**Model and human disagree**")
     disagree = gr.Dataframe(label="Model and human disagree", interactive=False, elem_id="review-disagreements")
+    disagree_why = gr.Markdown(elem_id="review-disagreements-empty")
+    gr.Markdown(f"**Accepted while the model was unsure** (confidence < {review.LOW_CONFIDENCE})")
     unsure = gr.Dataframe(
         label=f"Accepted while the model was unsure (confidence < {review.LOW_CONFIDENCE})",
         interactive=False,
         elem_id="review-unsure",
     )
+    unsure_why = gr.Markdown(elem_id="review-unsure-empty")
     gr.Markdown("**Change an answer**")
     with gr.Row():
         item = gr.Textbox(label="Item, its id as on the card (e.g. t17)", elem_id="review-item")
@@ -120,9 +124,11 @@ def build(studio: Studio) -> None:
     agree = gr.Button("Compute agreement", elem_id="agree-go")
     agreement = gr.Dataframe(label="Agreement", interactive=False, elem_id="agreement")
     agree_diff = gr.Dataframe(label="Where annotators differ", interactive=False, elem_id="agreement-differ")
+    agree_why = gr.Markdown(elem_id="agreement-empty")
     gr.Markdown("**Model comparison**: every run over the same items, against the same human answers.")
     compare = gr.Button("Compare runs", elem_id="compare-go")
     comparison = gr.Dataframe(label="Runs compared", interactive=False, elem_id="comparison")
+    comparison_why = gr.Markdown(elem_id="comparison-empty")
     comparison_csv = gr.DownloadButton("Download CSV", visible=False, elem_id="comparison-csv")
 
     def runs() -> Any:
@@ -140,7 +146,8 @@ def build(studio: Studio) -> None:
         except repo.NotFound as exc:
             raise refusal(exc) from None
         if found is None:
-            return pd.DataFrame(), None, None, None, "No item has a human answer for this question yet."
+            nothing = "No item has a human answer for this question yet: answer some on the Annotate tab."
+            return gr.update(value=None, visible=False), None, None, None, nothing
         shown = found.curve[:: max(1, len(found.curve) // PLOT_POINTS)] + found.curve[-1:]  # a drawable number
         note = accept_note(found.curve, target_accuracy)
         note += f" Answers used: {found.answers_used} ({found.n} items, {found.blind_n} blind)."
@@ -152,13 +159,17 @@ def build(studio: Studio) -> None:
             note,
         )
 
-    def compare_runs() -> tuple[Any, Any]:
-        table = pd.DataFrame(calibration.compare_runs(studio.db, studio.project))
+    def compare_runs() -> tuple[Any, Any, str]:
+        rows = calibration.compare_runs(studio.db, studio.project)
+        if not rows:
+            hidden, why = table_or_why(rows, review.why_empty(studio.db, studio.project)["comparison"])
+            return hidden, gr.update(visible=False), why
+        table = pd.DataFrame(rows)
         path = studio.export_target(f"{studio.project}-runs-compared.csv")
         # The export's CSV writer: atomic, and formula cells escaped (a model name is anyone's text).
-        rows = table.astype(object).where(table.notna(), None).itertuples(index=False)
-        write_csv(path, [str(c) for c in table.columns], rows, escape=csv_escape_setting())
-        return table, gr.update(value=str(path), visible=True)
+        cells = table.astype(object).where(table.notna(), None).itertuples(index=False)
+        write_csv(path, [str(c) for c in table.columns], cells, escape=csv_escape_setting())
+        return gr.update(value=table, visible=True), gr.update(value=str(path), visible=True), ""
 
     def keep_temperature(key: str, run_id: int | None, request: gr.Request) -> str:
         try:
@@ -177,9 +188,13 @@ def build(studio: Studio) -> None:
             f"tab shows calibrated confidence beside the model's own."
         )
 
-    def agreement_tables() -> tuple[Any, Any]:
+    def agreement_tables() -> tuple[Any, Any, str]:
         table, differing = review.agreement(studio.db, studio.project)
-        return pd.DataFrame(table), pd.DataFrame(differing)
+        why = review.why_empty(studio.db, studio.project)
+        shown, why_none = table_or_why(table, why["agreement"])
+        if not table:
+            return shown, gr.update(value=None, visible=False), why_none
+        return (shown, *table_or_why(differing, why["agreement differ"]))
 
     def new_run(request: gr.Request, progress=gr.Progress()) -> str:
         """The re-labeling loop: read the items nobody has answered yet with the studio's engine; the new run
@@ -201,21 +216,22 @@ def build(studio: Studio) -> None:
     studio.on_load.append((runs, [], [cal_run]))
     relabel.click(new_run, [], [cal_note], api_name="relabel_run")
     keep.click(keep_temperature, [cal_question, cal_run], [cal_note], api_name="keep_temperature")
-    agree.click(agreement_tables, [], [agreement, agree_diff], api_name="agreement")
+    agree.click(agreement_tables, [], [agreement, agree_diff, agree_why], api_name="agreement")
     go.click(
         calibrate,
         [cal_question, cal_run, target],
         [cal_summary, diagram, bin_counts, curve, cal_note],
         api_name="calibrate",
     )
-    compare.click(compare_runs, [], [comparison, comparison_csv], api_name="compare_runs")
+    compare.click(compare_runs, [], [comparison, comparison_csv, comparison_why], api_name="compare_runs")
 
-    def tables() -> tuple[Any, Any, Any]:
+    def tables() -> tuple[Any, ...]:
         columns = ["item", "question", "model", "confidence", "human", "annotator", "source"]
+        why = review.why_empty(studio.db, studio.project)
         return (
             pd.DataFrame(review.question_report(studio.db, studio.project)),
-            pd.DataFrame(review.disagreements(studio.db, studio.project), columns=columns),
-            pd.DataFrame(review.low_confidence_accepts(studio.db, studio.project), columns=columns),
+            *table_or_why(review.disagreements(studio.db, studio.project), why["disagreements"], columns),
+            *table_or_why(review.low_confidence_accepts(studio.db, studio.project), why["unsure"], columns),
         )
 
     def reopen(shown: str | None, key: str, answer: str, request: gr.Request) -> str:
@@ -233,9 +249,10 @@ def build(studio: Studio) -> None:
 
     studio.on_load.append((questions, [], [question]))
     studio.on_load.append((questions, [], [cal_question]))
-    refresh.click(tables, [], [summary, disagree, unsure], api_name="review")
+    review_tables = [summary, disagree, disagree_why, unsure, unsure_why]
+    refresh.click(tables, [], review_tables, api_name="review")
     change.click(reopen, [item, question, value], [note], api_name="review_change")
-    studio.on_load.append((tables, [], [summary, disagree, unsure]))
+    studio.on_load.append((tables, [], review_tables))
 
 
 def reliability_points(bins: list[cal.Bin]) -> pd.DataFrame:
@@ -297,3 +314,11 @@ def accept_note(curve: list[cal.AcceptPoint], target: float) -> str:
 def share(value: float) -> str:
     """A target as the user entered it: 0.95 is 95%, 0.975 is 97.5%."""
     return f"{value * 100:g}%"
+
+
+def table_or_why(rows: list[dict[str, Any]], why_empty: str, columns: list[str] | None = None) -> tuple[Any, str]:
+    """A table and an empty note, or, when it has no rows, the table hidden and the sentence saying why:
+    an empty table would show only placeholder headers."""
+    if rows:
+        return gr.update(value=pd.DataFrame(rows, columns=columns), visible=True), ""
+    return gr.update(value=None, visible=False), f"*{why_empty}*"
