@@ -81,7 +81,8 @@ def build(studio: Studio) -> None:
         cal_run = gr.Dropdown([], label="Run", allow_custom_value=True, elem_id="cal-run")  # checked by the service
         target = gr.Number(0.95, label="Target accuracy for auto-accept", elem_id="cal-target")
         go = gr.Button("Calibrate", elem_id="cal-go")
-    cal_summary = gr.Dataframe(label="Calibration", interactive=False, elem_id="cal-summary")
+    # Tables filled by a button start hidden: an empty table would show placeholder headers "1 2 3".
+    cal_summary = gr.Dataframe(label="Calibration", interactive=False, visible=False, elem_id="cal-summary")
     with gr.Row():
         with gr.Column():
             diagram = gr.LinePlot(
@@ -99,6 +100,7 @@ def build(studio: Studio) -> None:
                 color="series",
                 color_map=SERIES_COLOURS,
                 sort="x",
+                x_label_angle=-45,
                 label="Items per bin",
                 elem_id="reliability-counts",
             )
@@ -122,12 +124,14 @@ def build(studio: Studio) -> None:
         "sends an item to a second annotator where the first disagreed with the model)."
     )
     agree = gr.Button("Compute agreement", elem_id="agree-go")
-    agreement = gr.Dataframe(label="Agreement", interactive=False, elem_id="agreement")
-    agree_diff = gr.Dataframe(label="Where annotators differ", interactive=False, elem_id="agreement-differ")
+    agreement = gr.Dataframe(label="Agreement", interactive=False, visible=False, elem_id="agreement")
+    agree_diff = gr.Dataframe(
+        label="Where annotators differ", interactive=False, visible=False, elem_id="agreement-differ"
+    )
     agree_why = gr.Markdown(elem_id="agreement-empty")
     gr.Markdown("**Model comparison**: every run over the same items, against the same human answers.")
     compare = gr.Button("Compare runs", elem_id="compare-go")
-    comparison = gr.Dataframe(label="Runs compared", interactive=False, elem_id="comparison")
+    comparison = gr.Dataframe(label="Runs compared", interactive=False, visible=False, elem_id="comparison")
     comparison_why = gr.Markdown(elem_id="comparison-empty")
     comparison_csv = gr.DownloadButton("Download CSV", visible=False, elem_id="comparison-csv")
 
