@@ -67,6 +67,7 @@ def test_review_tab_explains_empty_tables_takes_card_ids_and_wants_enough_items(
         shows(page, "#cal-note", "No threshold is sure to reach 95% yet")
         note = page.inner_text("#cal-note")
         assert "would take" not in note and "71 more" in note, note
+        assert "ECE" in page.inner_text("#cal-summary")  # the table shown once it has a row
         page.wait_for_function("document.querySelector('#reliability-counts canvas, #reliability-counts svg')")
         assert "below the grey diagonal" in page.inner_text("#reliability-guide")
         page.locator("#compare-go").click()

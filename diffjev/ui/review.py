@@ -21,6 +21,7 @@ from diffjev.storage.models import Run
 from diffjev.ui.context import Studio, md_text, refusal
 
 PLOT_POINTS = 200
+HIDDEN = "hidden"  # kept in the page, out of sight: a table with no rows would show placeholder headers
 # One colour per series in every plot: the model's accuracy is the same blue in the reliability diagram and
 # in the auto-accept curve, and no other series takes that colour.
 SERIES_COLOURS = {
@@ -82,7 +83,8 @@ def build(studio: Studio) -> None:
         target = gr.Number(0.95, label="Target accuracy for auto-accept", elem_id="cal-target")
         go = gr.Button("Calibrate", elem_id="cal-go")
     # Tables filled by a button start hidden: an empty table would show placeholder headers "1 2 3".
-    cal_summary = gr.Dataframe(label="Calibration", interactive=False, visible=False, elem_id="cal-summary")
+    # (Hidden, not invisible: an invisible component is not in the page until it is shown.)
+    cal_summary = gr.Dataframe(label="Calibration", interactive=False, visible=HIDDEN, elem_id="cal-summary")
     with gr.Row():
         with gr.Column():
             diagram = gr.LinePlot(
@@ -124,14 +126,14 @@ def build(studio: Studio) -> None:
         "sends an item to a second annotator where the first disagreed with the model)."
     )
     agree = gr.Button("Compute agreement", elem_id="agree-go")
-    agreement = gr.Dataframe(label="Agreement", interactive=False, visible=False, elem_id="agreement")
+    agreement = gr.Dataframe(label="Agreement", interactive=False, visible=HIDDEN, elem_id="agreement")
     agree_diff = gr.Dataframe(
-        label="Where annotators differ", interactive=False, visible=False, elem_id="agreement-differ"
+        label="Where annotators differ", interactive=False, visible=HIDDEN, elem_id="agreement-differ"
     )
     agree_why = gr.Markdown(elem_id="agreement-empty")
     gr.Markdown("**Model comparison**: every run over the same items, against the same human answers.")
     compare = gr.Button("Compare runs", elem_id="compare-go")
-    comparison = gr.Dataframe(label="Runs compared", interactive=False, visible=False, elem_id="comparison")
+    comparison = gr.Dataframe(label="Runs compared", interactive=False, visible=HIDDEN, elem_id="comparison")
     comparison_why = gr.Markdown(elem_id="comparison-empty")
     comparison_csv = gr.DownloadButton("Download CSV", visible=False, elem_id="comparison-csv")
 
@@ -151,12 +153,12 @@ def build(studio: Studio) -> None:
             raise refusal(exc) from None
         if found is None:
             nothing = "No item has a human answer for this question yet: answer some on the Annotate tab."
-            return gr.update(value=None, visible=False), None, None, None, nothing
+            return gr.update(value=None, visible=HIDDEN), None, None, None, nothing
         shown = found.curve[:: max(1, len(found.curve) // PLOT_POINTS)] + found.curve[-1:]  # a drawable number
         note = accept_note(found.curve, target_accuracy)
         note += f" Answers used: {found.answers_used} ({found.n} items, {found.blind_n} blind)."
         return (
-            pd.DataFrame([found.summary()]),
+            gr.update(value=pd.DataFrame([found.summary()]), visible=True),
             reliability_points(found.bins),
             bin_bars(found.bins),
             curve_points(shown),
@@ -197,7 +199,7 @@ def build(studio: Studio) -> None:
         why = review.why_empty(studio.db, studio.project)
         shown, why_none = table_or_why(table, why["agreement"])
         if not table:
-            return shown, gr.update(value=None, visible=False), why_none
+            return shown, gr.update(value=None, visible=HIDDEN), why_none
         return (shown, *table_or_why(differing, why["agreement differ"]))
 
     def new_run(request: gr.Request, progress=gr.Progress()) -> str:
@@ -325,4 +327,4 @@ def table_or_why(rows: list[dict[str, Any]], why_empty: str, columns: list[str] 
     an empty table would show only placeholder headers."""
     if rows:
         return gr.update(value=pd.DataFrame(rows, columns=columns), visible=True), ""
-    return gr.update(value=None, visible=False), f"*{why_empty}*"
+    return gr.update(value=None, visible=HIDDEN), f"*{why_empty}*"
