@@ -11,11 +11,13 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 from scipy.optimize import minimize_scalar
+from scipy.stats import norm
 from sklearn.metrics import cohen_kappa_score, log_loss, mean_absolute_error
 from sklearn.model_selection import KFold
 
 DEFAULT_BINS = 15
 EPS = 1e-12
+Z95 = float(norm.ppf(0.975))  # two-sided 95%
 
 
 class Bin(NamedTuple):  # named tuples: a curve over 100k items makes 100k of them
@@ -83,11 +85,26 @@ class AcceptPoint(NamedTuple):
     threshold: float  # accept every suggestion whose confidence is at least this
     coverage: float  # share of items accepted
     accuracy: float  # accuracy among the accepted
+    accepted: int = 0  # the items behind the point: how far its accuracy can be trusted
+    low: float = 0.0  # 95% Wilson interval of the accuracy
+    high: float = 1.0
+
+
+def wilson_interval(correct, total, z: float = Z95) -> tuple[np.ndarray, np.ndarray]:
+    """The Wilson score interval of a share (arrays or numbers): unlike the normal one it stays inside
+    0..1 and stays wide when few items are behind it (2 of 2 right is 34%..100%, not 100%)."""
+    k = np.asarray(correct, dtype=float)
+    n = np.maximum(np.asarray(total, dtype=float), 1.0)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return np.clip(centre - half, 0.0, 1.0), np.clip(centre + half, 0.0, 1.0)
 
 
 def auto_accept_curve(probs, labels) -> list[AcceptPoint]:
-    """For each distinct confidence, what accepting everything at or above it would cover and get right.
-    One sort and running sums, so a hundred thousand items cost milliseconds."""
+    """For each distinct confidence, what accepting everything at or above it would cover and get right,
+    with the count behind it and its 95% interval. One sort and running sums, so a hundred thousand
+    items cost milliseconds."""
     p, y = _arrays(probs, labels)
     confidence = p.max(axis=1)
     order = np.argsort(-confidence, kind="stable")
@@ -96,13 +113,71 @@ def auto_accept_curve(probs, labels) -> list[AcceptPoint]:
     # the last position of each distinct confidence: everything at or above it is accepted
     last = np.flatnonzero(np.append(sorted_conf[1:] != sorted_conf[:-1], True))
     taken = last + 1
-    return list(map(AcceptPoint, sorted_conf[last].tolist(), (taken / len(y)).tolist(), (hits[last] / taken).tolist()))
+    low, high = wilson_interval(hits[last], taken)
+    return list(
+        map(
+            AcceptPoint,
+            sorted_conf[last].tolist(),
+            (taken / len(y)).tolist(),
+            (hits[last] / taken).tolist(),
+            taken.tolist(),
+            low.tolist(),
+            high.tolist(),
+        )
+    )
 
 
 def threshold_for(curve: Sequence[AcceptPoint], target_accuracy: float) -> AcceptPoint | None:
-    """The point covering the most items whose accuracy still meets the target, or None."""
+    """The point covering the most items whose accuracy still meets the target, or None. The point's own
+    accuracy only: `recommend` is the one to act on."""
     meeting = [pt for pt in curve if pt.accuracy >= target_accuracy]
     return max(meeting, key=lambda pt: (pt.coverage, -pt.threshold)) if meeting else None
+
+
+class Recommendation(NamedTuple):
+    point: AcceptPoint | None  # the widest threshold whose accuracy interval lies at or above the target
+    closest: AcceptPoint | None  # otherwise the point that more answers would confirm soonest
+    more_needed: int | None  # answered items to add at that point's confidence, at its accuracy
+
+
+def recommend(curve: Sequence[AcceptPoint], target_accuracy: float) -> Recommendation:
+    """A threshold only where the 95% interval's lower bound meets the target, so two lucky items never
+    make one. Else the point whose accuracy is above the target and needs the fewest more answers to
+    show it; (None, None, None) when no point's accuracy is above the target."""
+    sure = [pt for pt in curve if pt.low >= target_accuracy]
+    if sure:
+        return Recommendation(max(sure, key=lambda pt: (pt.coverage, -pt.threshold)), None, None)
+    needs = [(answers_needed(pt.accuracy, target_accuracy), pt) for pt in curve]
+    hopeful = [(needed - pt.accepted, pt) for needed, pt in needs if pt.accepted < needed < MAX_ANSWERS]
+    if not hopeful:
+        return Recommendation(None, None, None)
+    more, pt = min(hopeful, key=lambda m: (m[0], -m[1].coverage))
+    return Recommendation(None, pt, more)
+
+
+MAX_ANSWERS = 10**9
+
+
+def answers_needed(accuracy: float, target_accuracy: float) -> int:
+    """The fewest items at this accuracy whose 95% Wilson lower bound meets the target (MAX_ANSWERS when
+    none would: an accuracy at or below the target, or a target of 100%). The bound grows with the
+    count, so a doubling search then a bisection find it."""
+    if accuracy <= target_accuracy or target_accuracy >= 1:
+        return MAX_ANSWERS
+
+    def meets(n: int) -> bool:
+        return float(wilson_interval(accuracy * n, n)[0]) >= target_accuracy
+
+    high = 1
+    while not meets(high):
+        if high >= MAX_ANSWERS:
+            return MAX_ANSWERS
+        high *= 2
+    low = high // 2  # does not meet (or is 0)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if meets(middle) else (middle, high)
+    return high
 
 
 def scale(probs, temperature: float) -> np.ndarray:

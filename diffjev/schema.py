@@ -128,7 +128,7 @@ class Schema:
         for n, (qid, spec) in enumerate(items):
             _check_id(qid, n, seen)
             seen.add(qid)
-            questions.append(question_from_dict(qid, spec))
+            questions.append(question_from_dict(qid, spec, jev_form=isinstance(raw, Mapping)))
 
         instructions = _optional_text(data.get("instructions"), "instructions")
         sampling = _sampling(data)
@@ -205,7 +205,14 @@ def _optional_text(value: Any, name: str, question: str | None = None) -> str:
 QUESTION_FIELDS = {"type", "instructions", "options", "levels", "criteria"}
 
 
-def question_from_dict(qid: str, spec: Any) -> Question:
+NOUL_MEANING = "noul is the Jev API's name for yes_no: a yes/no question, answered with the probability of yes"
+EXAMPLES = {"option": '["billing", "technical"]', "level": '["calm", "annoyed", "furious"]'}
+
+
+def question_from_dict(qid: str, spec: Any, jev_form: bool = False) -> Question:
+    """One question from its native form (`options` or `levels`) or, with `jev_form`, the Jev API's form,
+    where the answers are in `criteria`. Errors name the field as the user wrote it (or, when it is
+    missing, as the form in use names it)."""
     if not isinstance(spec, Mapping):
         raise SchemaError("a question must be an object with 'type' and 'instructions'", question=qid)
     unknown = sorted(set(spec) - QUESTION_FIELDS)
@@ -219,8 +226,12 @@ def question_from_dict(qid: str, spec: Any) -> Question:
     kind = KIND_ALIASES.get(raw_kind) if isinstance(raw_kind, str) else None
     if kind is None:
         raise SchemaError(
-            f"unknown kind {raw_kind!r}; use one of yes_no (or noul, bool), choice, score", question=qid, field="type"
+            f"unknown kind {raw_kind!r}; use yes_no, choice or score. yes_no may also be written noul, bool or "
+            f"boolean ({NOUL_MEANING})",
+            question=qid,
+            field="type",
         )
+    written = kind if raw_kind == kind else f"{raw_kind} ({kind})"  # the kind as the user named it
     instructions = _optional_text(spec.get("instructions"), "instructions", qid)
     if not instructions:
         raise SchemaError(
@@ -233,7 +244,7 @@ def question_from_dict(qid: str, spec: Any) -> Question:
         for other in ("options", "levels"):
             if other in spec:
                 raise SchemaError(
-                    "a yes_no question has no options or levels; use 'criteria' "
+                    f"a {written} question has no options or levels; use 'criteria' "
                     '{"true": ..., "false": ...} to describe yes and no',
                     question=qid,
                     field=other,
@@ -241,7 +252,7 @@ def question_from_dict(qid: str, spec: Any) -> Question:
         criteria = spec.get("criteria") or {}
         if not isinstance(criteria, Mapping) or set(criteria) - {"true", "false"}:
             raise SchemaError(
-                'criteria of a yes_no question is {"true": text, "false": text}', question=qid, field="criteria"
+                f'criteria of a {written} question is {{"true": text, "false": text}}', question=qid, field="criteria"
             )
         alternatives = (
             Alternative("yes", "yes", _optional_text(criteria.get("true"), "criteria", qid) or None),
@@ -258,7 +269,10 @@ def question_from_dict(qid: str, spec: Any) -> Question:
             raise SchemaError(
                 f"give the answers once, in '{name_field}' or in 'criteria'", question=qid, field="criteria"
             )
-        field_used = name_field if name_field in spec else "criteria"
+        if name_field in spec or "criteria" in spec:
+            field_used = name_field if name_field in spec else "criteria"
+        else:  # nothing given: the field this form would have it in
+            field_used = "criteria" if jev_form else name_field
         named = _alternatives(qid, field_used, spec.get(field_used), kind)
         labels = _labels(kind, len(named))
         alternatives = tuple(Alternative(name, label, desc) for (name, desc), label in zip(named, labels))
@@ -283,7 +297,7 @@ def _alternatives(qid: str, field_name: str, raw: Any, kind: str) -> list[tuple[
                     field=field_name,
                 )
     else:
-        raise SchemaError(f'list the {what}s, e.g. ["billing", "technical"]', question=qid, field=field_name)
+        raise SchemaError(f"list the {what}s, e.g. {EXAMPLES[what]}", question=qid, field=field_name)
     out: list[tuple[str, str | None]] = []
     seen: set[str] = set()
     for n, (name, desc) in enumerate(pairs):

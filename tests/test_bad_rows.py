@@ -267,7 +267,7 @@ def test_studio_csv_export_and_runs_compared_neutralise_formulas(formula_studio,
     _, download = client.predict("csv", False, "", api_name="/export")
     rows = csv_texts(downloaded(download))
     assert [rows[f"t{i}"]["text"] for i in range(len(FORMULAS + HARMLESS))] == ["'" + t for t in FORMULAS] + HARMLESS
-    _, compared = client.predict(api_name="/compare_runs")
+    _, compared, _ = client.predict(api_name="/compare_runs")
     with open(downloaded(compared), newline="", encoding="utf-8") as f:
         models = {row["model"] for row in csv.DictReader(f)}
     assert "'=cmd|' /C calc'!A0" in models and "=cmd|' /C calc'!A0" not in models
@@ -276,7 +276,7 @@ def test_studio_csv_export_and_runs_compared_neutralise_formulas(formula_studio,
     _, download = client.predict("csv", False, "", api_name="/export")
     rows = csv_texts(downloaded(download))
     assert [rows[f"t{i}"]["text"] for i in range(len(FORMULAS))] == FORMULAS
-    _, compared = client.predict(api_name="/compare_runs")
+    _, compared, _ = client.predict(api_name="/compare_runs")
     with open(downloaded(compared), newline="", encoding="utf-8") as f:
         assert "=cmd|' /C calc'!A0" in {row["model"] for row in csv.DictReader(f)}
 

@@ -66,3 +66,18 @@ def test_temperature_scaling_recovers_a_known_temperature():
     assert all(t == pytest.approx(2.0, rel=0.1) for t in temperatures)
     assert cal.ece(calibrated, labels) < cal.ece(overconfident, labels) / 2
     assert cal.nll(calibrated, labels) < cal.nll(overconfident, labels)
+
+
+def test_the_wilson_interval_and_the_recommendation_need_enough_items():
+    low, high = cal.wilson_interval(2, 2)
+    assert (float(low), float(high)) == (pytest.approx(0.3424, abs=1e-4), 1.0)
+    curve = cal.auto_accept_curve(PROBS, LABELS)
+    assert [pt.accepted for pt in curve] == [1, 2, 3, 4]
+    # threshold_for takes 0.7 for 0.6 (2 of 3 right), yet that is 21%..94%; 1 of 1 right at 0.9 is
+    # closest to showing 60%: 6 items all right would (6 / (6 + 1.96²) >= 0.6)
+    found = cal.recommend(curve, 0.6)
+    assert found.point is None and found.closest.threshold == pytest.approx(0.9)
+    assert found.more_needed == cal.answers_needed(1.0, 0.6) - 1 == 5
+    assert cal.recommend(curve, 1.0) == (None, None, None)  # no sample shows 100%
+    sure = [cal.AcceptPoint(0.9, 0.5, 1.0, 73, *map(float, cal.wilson_interval(73, 73)))]
+    assert cal.recommend(sure, 0.95).point == sure[0] and cal.answers_needed(1.0, 0.95) == 73

@@ -111,3 +111,24 @@ def test_template_parsing_keeps_literal_braces_and_renders():
     assert t.render({"urgent": "yes", "tone": "2"}) == "{json} Urgent: yes\nTone: 2/3"
     assert t.display() == "{json} Urgent: <urgent>\nTone: <tone>/3"
     assert Template.default(["a", "b"]).text == "a: {a}\nb: {b}"
+
+
+@pytest.mark.parametrize(
+    "spec, field, hint",
+    [
+        ({"questions": [{"id": "q", "type": "choice", "instructions": "?"}]}, "options", '["billing", "technical"]'),
+        ({"questions": [{"id": "q", "type": "score", "instructions": "?"}]}, "levels", '["calm", "annoyed"'),
+        ({"questions": {"q": {"type": "choice", "instructions": "?"}}}, "criteria", "list the options"),
+        ({"questions": [{"id": "q", "type": "noul", "instructions": "?", "criteria": ["a"]}]}, "criteria", "noul"),
+    ],
+)
+def test_a_missing_answer_list_is_named_as_the_form_in_use_names_it(spec, field, hint):
+    with pytest.raises(SchemaError) as err:
+        Schema.from_dict(spec)
+    assert err.value.field == field and hint in str(err.value), str(err.value)
+
+
+def test_an_unknown_kind_says_what_noul_means():
+    with pytest.raises(SchemaError) as err:
+        Schema.from_dict({"questions": [q(type="rating")]})
+    assert "noul is the Jev API's name for yes_no: a yes/no question" in str(err.value)

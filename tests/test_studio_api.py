@@ -53,7 +53,7 @@ def test_main_endpoints_import_prelabel_review_export(studio, tmp_path):
     assert "completed" in summary and "0 failed" in summary
     with pytest.raises(Exception, match="needs a server URL"):
         alice.predict("vllm", "", "", "All items", api_name="/prelabel")
-    per_question, _, _ = alice.predict(api_name="/review")
+    per_question, *_ = alice.predict(api_name="/review")
     assert [row[0] for row in per_question["data"]] == ["urgent", "team", "tone"]
     note, download = alice.predict("csv", False, "", api_name="/export")
     assert "Exported 11 items" in note

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from diffjev.services.annotation import project_question, project_schema
 from diffjev.storage import repo
@@ -80,6 +80,32 @@ def low_confidence_accepts(
     ][:limit]
 
 
+ANSWER_FIRST = "No item has a human answer yet: answer some on the Annotate tab, then press Refresh."
+NO_RUN = "No run has pre-labeled this project's items: start one on the Pre-label tab, then press Refresh."
+
+
+def why_empty(db: Database, project_name: str) -> dict[str, str]:
+    """Per review table, the sentence that says why it has no rows and what to do: shown in place of
+    an empty table."""
+    project_id, _, rows, run_id = project_schema(db, project_name)
+    with db.read() as session:
+        answered = session.scalar(
+            select(func.count())
+            .select_from(Response)
+            .where(Response.question_id.in_(list(rows.values())), Response.status == "submitted")
+        )
+    prior = ANSWER_FIRST if not answered else NO_RUN if run_id is None else None
+    return {
+        "disagreements": prior
+        or f"The model and the humans agree on every answered item the latest run read (run {run_id}).",
+        "unsure": prior or f"No suggestion was accepted while the model's confidence was below {LOW_CONFIDENCE}.",
+        "agreement": "No item has answers from two annotators yet: the *Second opinion* and *Double annotation* "
+        "queues on the Annotate tab send items to a second annotator.",
+        "agreement differ": "The annotators agree on every item they both answered.",
+        "comparison": "No run yet: start one on the Pre-label tab, then compare.",
+    }
+
+
 def agreement(db: Database, project_name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Between every two annotators, per question: the items both answered, Cohen's kappa (quadratic-
     weighted for scores), and the items where they differ."""
@@ -90,16 +116,19 @@ def agreement(db: Database, project_name: str) -> tuple[list[dict[str, Any]], li
     _, schema, rows, _ = project_schema(db, project_name)
     with db.read() as session:
         answers = session.execute(
-            select(Response.item_id, Response.question_id, Response.annotator, Response.value).where(
+            select(Response.item_id, Response.question_id, Response.annotator, Response.value, Item.external_id)
+            .join(Item, Item.id == Response.item_id)
+            .where(
                 Response.question_id.in_(list(rows.values())),
                 Response.status == "submitted",
                 Response.value.is_not(None),
             )
         ).all()
+    external = {a.item_id: a.external_id for a in answers}
     table, differing = [], []
     for q in schema.questions:
         by_annotator: dict[str, dict[int, str]] = {}
-        for item_id, question_id, who, value in answers:
+        for item_id, question_id, who, value, _ in answers:
             if question_id == rows[q.id]:
                 by_annotator.setdefault(who, {})[item_id] = value
         for a, b in combinations(sorted(by_annotator), 2):
@@ -121,31 +150,53 @@ def agreement(db: Database, project_name: str) -> tuple[list[dict[str, Any]], li
                 }
             )
             differing += [
-                {"item": i, "question": q.id, a: by_annotator[a][i], b: by_annotator[b][i]}
+                {"item": shown_id(i, external[i]), "question": q.id, a: by_annotator[a][i], b: by_annotator[b][i]}
                 for i in shared
                 if by_annotator[a][i] != by_annotator[b][i]
             ]
     return table, differing
 
 
-def reopen(db: Database, project_name: str, item_id: int, question_key: str, value: str, reviewer: str) -> None:
-    """Change an item's answer from the review screen; recorded as the reviewer's answer and an event."""
+def reopen(db: Database, project_name: str, item: str, question_key: str, value: str, reviewer: str) -> int:
+    """Change an item's answer from the review screen, the item named by the id its card shows; recorded
+    as the reviewer's answer and an event. Returns the item's row id."""
     project_id, schema, rows, _ = project_schema(db, project_name)
     question = project_question(schema, question_key)
     if value not in question.names:
         raise ValueError(f"{value!r} is not an answer to {question_key}; answers: {', '.join(question.names)}")
 
-    def work(session) -> None:
-        repo.project_item(session, project_id, item_id)  # another project's item is not found
+    def work(session) -> int:
+        item_id = shown_item(session, project_id, item)
         repo.respond(session, repo.ResponseInput(item_id, rows[question_key], reviewer, value, "manual"))
+        return item_id
 
-    db.write(work)
+    return db.write(work)
+
+
+def shown_item(session, project_id: int, item: str) -> int:
+    """The row id of the item named by the id its card shows: the item's own (external) id, or, for an item
+    imported without one, its number (what its card shows then). An own id always wins, so a number
+    names one item: the item whose own id it is, else the item of that number."""
+    item = str(item).strip()
+    in_project = select(Item.id).where(Item.project_id == project_id)
+    found = None
+    if "\x00" not in item:  # PostgreSQL text cannot hold NUL, and no stored id has one
+        found = session.scalar(in_project.where(Item.external_id == item))
+    if found is None and item.isdecimal() and len(item) < 19:  # a number a database integer holds
+        found = session.scalar(in_project.where(Item.id == int(item)))
+    if found is None:
+        raise repo.NotFound(f"no item {item} in this project")
+    return found
+
+
+def shown_id(item_id: int, external_id: str | None) -> str:
+    """The id an item's card shows: its own, else its number."""
+    return external_id if external_id is not None else str(item_id)
 
 
 def _row(p: Any, key_of: dict[int, str]) -> dict[str, Any]:
     return {
-        "item": p.item_id,
-        "external id": p.external_id,
+        "item": shown_id(p.item_id, p.external_id),  # as on the card, and as "Change an answer" takes it
         "question": key_of[p.question_id],
         "model": p.answer,
         "confidence": round(p.confidence, 3) if p.confidence is not None else None,

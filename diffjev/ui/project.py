@@ -63,7 +63,8 @@ def canvas_preview(builder: CanvasBuilder, schema: Schema) -> str:
 
 def build(studio: Studio) -> None:
     gr.Markdown(
-        "Edit the questions as JSON: each has an `id`, a `type` (yes_no, choice, score), `instructions`, "
+        "Edit the questions as JSON: each has an `id`, a `type` (yes_no, choice, score; `noul`, the Jev API's "
+        "name for a yes/no question, is read as yes_no), `instructions`, "
         "and `options` or `levels` (names, or `{name, description}`). Order here is the order on the "
         "canvas. The template is optional: one `{question_id}` slot per question. `hidden_fields` (optional) "
         "lists item fields annotators do not see on the card, such as a gold answer; exports keep them."

@@ -21,6 +21,26 @@ from diffjev.storage.models import Run
 from diffjev.ui.context import Studio, md_text, refusal
 
 PLOT_POINTS = 200
+HIDDEN = "hidden"  # kept in the page, out of sight: a table with no rows would show placeholder headers
+# One colour per series in every plot: the model's accuracy is the same blue in the reliability diagram and
+# in the auto-accept curve, and no other series takes that colour.
+SERIES_COLOURS = {
+    "accuracy": "#1f77b4",
+    "accuracy, 95% lower bound": "#9ecae1",
+    "perfect calibration": "#9e9e9e",
+    "share accepted": "#ff7f0e",
+    "items": "#8c6d31",
+}
+RELIABILITY_GUIDE = (
+    "*Reading it*: each point is one bin of items with similar confidence (the bars count them); below "
+    "the grey diagonal the model is more confident than it is right, above it less; a bin of few items "
+    "is noisy."
+)
+CURVE_GUIDE = (
+    "*Reading it*: accepting every suggestion at or above a threshold takes the orange share of items, "
+    "right as often as the blue line; the light blue line is the 95% lower bound, which a threshold must "
+    "meet to be recommended. Hover a point for the items behind it."
+)
 
 
 def run_number(value: Any) -> int:
@@ -34,15 +54,19 @@ def run_number(value: Any) -> int:
 def build(studio: Studio) -> None:
     refresh = gr.Button("Refresh", elem_id="review-refresh")
     summary = gr.Dataframe(label="Per question", interactive=False, elem_id="review-summary")
+    gr.Markdown("**Model and human disagree**")
     disagree = gr.Dataframe(label="Model and human disagree", interactive=False, elem_id="review-disagreements")
+    disagree_why = gr.Markdown(elem_id="review-disagreements-empty")
+    gr.Markdown(f"**Accepted while the model was unsure** (confidence < {review.LOW_CONFIDENCE})")
     unsure = gr.Dataframe(
         label=f"Accepted while the model was unsure (confidence < {review.LOW_CONFIDENCE})",
         interactive=False,
         elem_id="review-unsure",
     )
+    unsure_why = gr.Markdown(elem_id="review-unsure-empty")
     gr.Markdown("**Change an answer**")
     with gr.Row():
-        item = gr.Number(label="Item", precision=0, elem_id="review-item")
+        item = gr.Textbox(label="Item, its id as on the card (e.g. t17)", elem_id="review-item")
         # question lists are filled when the page loads (nothing of the project before a login)
         question = gr.Dropdown([], label="Question", allow_custom_value=True, elem_id="review-question")
         value = gr.Textbox(label="New answer", elem_id="review-value")
@@ -58,12 +82,42 @@ def build(studio: Studio) -> None:
         cal_run = gr.Dropdown([], label="Run", allow_custom_value=True, elem_id="cal-run")  # checked by the service
         target = gr.Number(0.95, label="Target accuracy for auto-accept", elem_id="cal-target")
         go = gr.Button("Calibrate", elem_id="cal-go")
-    cal_summary = gr.Dataframe(label="Calibration", interactive=False, elem_id="cal-summary")
+    # Tables filled by a button start hidden: an empty table would show placeholder headers "1 2 3".
+    # (Hidden, not invisible: an invisible component is not in the page until it is shown.)
+    cal_summary = gr.Dataframe(label="Calibration", interactive=False, visible=HIDDEN, elem_id="cal-summary")
     with gr.Row():
-        diagram = gr.LinePlot(
-            x="confidence", y="accuracy", color="series", label="Reliability diagram", elem_id="reliability"
-        )
-        curve = gr.LinePlot(x="threshold", y="value", color="measure", label="Auto-accept curve", elem_id="auto-accept")
+        with gr.Column():
+            diagram = gr.LinePlot(
+                x="confidence",
+                y="accuracy",
+                color="series",
+                color_map=SERIES_COLOURS,
+                tooltip=["series", "confidence", "accuracy", "items"],
+                label="Reliability diagram",
+                elem_id="reliability",
+            )
+            bin_counts = gr.BarPlot(
+                x="confidence bin",
+                y="items",
+                color="series",
+                color_map=SERIES_COLOURS,
+                sort="x",
+                x_label_angle=-45,
+                label="Items per bin",
+                elem_id="reliability-counts",
+            )
+            gr.Markdown(RELIABILITY_GUIDE, elem_id="reliability-guide")
+        with gr.Column():
+            curve = gr.LinePlot(
+                x="threshold",
+                y="value",
+                color="measure",
+                color_map=SERIES_COLOURS,
+                tooltip=["measure", "threshold", "value", "items accepted"],
+                label="Auto-accept curve",
+                elem_id="auto-accept",
+            )
+            gr.Markdown(CURVE_GUIDE, elem_id="auto-accept-guide")
     cal_note = gr.Markdown(elem_id="cal-note")
     keep = gr.Button("Keep this temperature for the run", elem_id="cal-keep")
     relabel = gr.Button("New run over the unlabeled items", elem_id="cal-relabel")
@@ -72,11 +126,15 @@ def build(studio: Studio) -> None:
         "sends an item to a second annotator where the first disagreed with the model)."
     )
     agree = gr.Button("Compute agreement", elem_id="agree-go")
-    agreement = gr.Dataframe(label="Agreement", interactive=False, elem_id="agreement")
-    agree_diff = gr.Dataframe(label="Where annotators differ", interactive=False, elem_id="agreement-differ")
+    agreement = gr.Dataframe(label="Agreement", interactive=False, visible=HIDDEN, elem_id="agreement")
+    agree_diff = gr.Dataframe(
+        label="Where annotators differ", interactive=False, visible=HIDDEN, elem_id="agreement-differ"
+    )
+    agree_why = gr.Markdown(elem_id="agreement-empty")
     gr.Markdown("**Model comparison**: every run over the same items, against the same human answers.")
     compare = gr.Button("Compare runs", elem_id="compare-go")
-    comparison = gr.Dataframe(label="Runs compared", interactive=False, elem_id="comparison")
+    comparison = gr.Dataframe(label="Runs compared", interactive=False, visible=HIDDEN, elem_id="comparison")
+    comparison_why = gr.Markdown(elem_id="comparison-empty")
     comparison_csv = gr.DownloadButton("Download CSV", visible=False, elem_id="comparison-csv")
 
     def runs() -> Any:
@@ -87,38 +145,37 @@ def build(studio: Studio) -> None:
     def calibrate(key: str, run_id: int | None, target_accuracy: float) -> tuple:
         if not key or run_id is None:
             raise gr.Error("Choose a question and a run.")
+        if target_accuracy is None or not 0 < float(target_accuracy) <= 1:
+            raise gr.Error("Give the target accuracy as a share between 0 and 1, e.g. 0.95.")
         try:
             found = calibration.calibrate(studio.db, studio.project, run_number(run_id), key)
         except repo.NotFound as exc:
             raise refusal(exc) from None
         if found is None:
-            return pd.DataFrame(), None, None, "No item has a human answer for this question yet."
-        bins = pd.DataFrame(
-            [{"confidence": b.confidence, "accuracy": b.accuracy, "series": "model"} for b in found.bins]
-            + [{"confidence": x, "accuracy": x, "series": "perfect"} for x in (0.0, 1.0)]
-        )
+            nothing = "No item has a human answer for this question yet: answer some on the Annotate tab."
+            return gr.update(value=None, visible=HIDDEN), None, None, None, nothing
         shown = found.curve[:: max(1, len(found.curve) // PLOT_POINTS)] + found.curve[-1:]  # a drawable number
-        points = pd.DataFrame(
-            [{"threshold": p.threshold, "value": p.coverage, "measure": "share accepted"} for p in shown]
-            + [{"threshold": p.threshold, "value": p.accuracy, "measure": "accuracy"} for p in shown]
-        )
-        best = cal.threshold_for(found.curve, float(target_accuracy or 0))
-        note = (
-            f"Accepting every suggestion with confidence ≥ **{best.threshold:.3f}** would take "
-            f"**{best.coverage:.0%}** of these items at **{best.accuracy:.1%}** accuracy."
-            if best
-            else f"No threshold reaches {target_accuracy:.0%} accuracy on these items."
-        )
+        note = accept_note(found.curve, target_accuracy)
         note += f" Answers used: {found.answers_used} ({found.n} items, {found.blind_n} blind)."
-        return pd.DataFrame([found.summary()]), bins, points, note
+        return (
+            gr.update(value=pd.DataFrame([found.summary()]), visible=True),
+            reliability_points(found.bins),
+            bin_bars(found.bins),
+            curve_points(shown),
+            note,
+        )
 
-    def compare_runs() -> tuple[Any, Any]:
-        table = pd.DataFrame(calibration.compare_runs(studio.db, studio.project))
+    def compare_runs() -> tuple[Any, Any, str]:
+        rows = calibration.compare_runs(studio.db, studio.project)
+        if not rows:
+            hidden, why = table_or_why(rows, review.why_empty(studio.db, studio.project)["comparison"])
+            return hidden, gr.update(visible=False), why
+        table = pd.DataFrame(rows)
         path = studio.export_target(f"{studio.project}-runs-compared.csv")
         # The export's CSV writer: atomic, and formula cells escaped (a model name is anyone's text).
-        rows = table.astype(object).where(table.notna(), None).itertuples(index=False)
-        write_csv(path, [str(c) for c in table.columns], rows, escape=csv_escape_setting())
-        return table, gr.update(value=str(path), visible=True)
+        cells = table.astype(object).where(table.notna(), None).itertuples(index=False)
+        write_csv(path, [str(c) for c in table.columns], cells, escape=csv_escape_setting())
+        return gr.update(value=table, visible=True), gr.update(value=str(path), visible=True), ""
 
     def keep_temperature(key: str, run_id: int | None, request: gr.Request) -> str:
         try:
@@ -137,9 +194,13 @@ def build(studio: Studio) -> None:
             f"tab shows calibrated confidence beside the model's own."
         )
 
-    def agreement_tables() -> tuple[Any, Any]:
+    def agreement_tables() -> tuple[Any, Any, str]:
         table, differing = review.agreement(studio.db, studio.project)
-        return pd.DataFrame(table), pd.DataFrame(differing)
+        why = review.why_empty(studio.db, studio.project)
+        shown, why_none = table_or_why(table, why["agreement"])
+        if not table:
+            return shown, gr.update(value=None, visible=HIDDEN), why_none
+        return (shown, *table_or_why(differing, why["agreement differ"]))
 
     def new_run(request: gr.Request, progress=gr.Progress()) -> str:
         """The re-labeling loop: read the items nobody has answered yet with the studio's engine; the new run
@@ -161,32 +222,109 @@ def build(studio: Studio) -> None:
     studio.on_load.append((runs, [], [cal_run]))
     relabel.click(new_run, [], [cal_note], api_name="relabel_run")
     keep.click(keep_temperature, [cal_question, cal_run], [cal_note], api_name="keep_temperature")
-    agree.click(agreement_tables, [], [agreement, agree_diff], api_name="agreement")
-    go.click(calibrate, [cal_question, cal_run, target], [cal_summary, diagram, curve, cal_note], api_name="calibrate")
-    compare.click(compare_runs, [], [comparison, comparison_csv], api_name="compare_runs")
+    agree.click(agreement_tables, [], [agreement, agree_diff, agree_why], api_name="agreement")
+    go.click(
+        calibrate,
+        [cal_question, cal_run, target],
+        [cal_summary, diagram, bin_counts, curve, cal_note],
+        api_name="calibrate",
+    )
+    compare.click(compare_runs, [], [comparison, comparison_csv, comparison_why], api_name="compare_runs")
 
-    def tables() -> tuple[Any, Any, Any]:
-        columns = ["item", "external id", "question", "model", "confidence", "human", "annotator", "source"]
+    def tables() -> tuple[Any, ...]:
+        columns = ["item", "question", "model", "confidence", "human", "annotator", "source"]
+        why = review.why_empty(studio.db, studio.project)
         return (
             pd.DataFrame(review.question_report(studio.db, studio.project)),
-            pd.DataFrame(review.disagreements(studio.db, studio.project), columns=columns),
-            pd.DataFrame(review.low_confidence_accepts(studio.db, studio.project), columns=columns),
+            *table_or_why(review.disagreements(studio.db, studio.project), why["disagreements"], columns),
+            *table_or_why(review.low_confidence_accepts(studio.db, studio.project), why["unsure"], columns),
         )
 
-    def reopen(item_id: float | None, key: str, answer: str, request: gr.Request) -> str:
-        if item_id is None or not key:
-            return "⚠️ Give the item number and the question."
+    def reopen(shown: str | None, key: str, answer: str, request: gr.Request) -> str:
+        shown = str(shown or "").strip()
+        if not shown or not key:
+            return "⚠️ Give the item's id, as its card shows it, and the question."
         try:
-            review.reopen(studio.db, studio.project, int(item_id), key, answer.strip(), studio.annotator(request))
+            review.reopen(studio.db, studio.project, shown, key, answer.strip(), studio.annotator(request))
         except (ValueError, repo.NotFound) as exc:  # an answer not in the question, an item not in the project
             return f"⚠️ {md_text(str(exc))}"
-        return f"Item {int(item_id)}, {md_text(key)}: changed to {md_text(answer.strip())}."
+        return f"Item {md_text(shown)}, {md_text(key)}: changed to {md_text(answer.strip())}."
 
     def questions() -> Any:
         return gr.update(choices=[q.id for q in studio.schema()[1].questions])
 
     studio.on_load.append((questions, [], [question]))
     studio.on_load.append((questions, [], [cal_question]))
-    refresh.click(tables, [], [summary, disagree, unsure], api_name="review")
+    review_tables = [summary, disagree, disagree_why, unsure, unsure_why]
+    refresh.click(tables, [], review_tables, api_name="review")
     change.click(reopen, [item, question, value], [note], api_name="review_change")
-    studio.on_load.append((tables, [], [summary, disagree, unsure]))
+    studio.on_load.append((tables, [], review_tables))
+
+
+def reliability_points(bins: list[cal.Bin]) -> pd.DataFrame:
+    """The diagram's points, each with the items behind it; the diagonal is perfect calibration."""
+    return pd.DataFrame(
+        [{"confidence": b.confidence, "accuracy": b.accuracy, "items": b.count, "series": "accuracy"} for b in bins]
+        + [{"confidence": x, "accuracy": x, "items": None, "series": "perfect calibration"} for x in (0.0, 1.0)]
+    )
+
+
+def bin_bars(bins: list[cal.Bin]) -> pd.DataFrame:
+    """Items per reliability bin, labelled by the bin's mean confidence (bins are equal-mass, so the bars
+    show where the confidences crowd; ties of the label get the bin's rank)."""
+    return pd.DataFrame(
+        [
+            {"confidence bin": f"{n + 1:02d}: {b.confidence:.3f}", "items": b.count, "series": "items"}
+            for n, b in enumerate(bins)
+        ]
+    )
+
+
+def curve_points(points: list[cal.AcceptPoint]) -> pd.DataFrame:
+    """Share accepted, accuracy and its 95% lower bound per threshold, each with the items accepted there."""
+    rows = []
+    for p in points:
+        for measure, value in (
+            ("share accepted", p.coverage),
+            ("accuracy", p.accuracy),
+            ("accuracy, 95% lower bound", p.low),
+        ):
+            rows.append({"threshold": p.threshold, "value": value, "measure": measure, "items accepted": p.accepted})
+    return pd.DataFrame(rows)
+
+
+def accept_note(curve: list[cal.AcceptPoint], target: float) -> str:
+    """The threshold to use, only where the 95% interval of its accuracy meets the target; otherwise how
+    many more answers would show it, or that no threshold reaches the target."""
+    found = cal.recommend(curve, float(target))
+    if found.point is not None:
+        p = found.point
+        return (
+            f"Accepting every suggestion with confidence ≥ **{p.threshold:.3f}** would take **{p.coverage:.0%}** "
+            f"of these items ({p.accepted}) at **{p.accuracy:.1%}** accuracy (95% interval {p.low:.1%}–{p.high:.1%}, "
+            f"at or above the {share(target)} target)."
+        )
+    if found.closest is not None:
+        p = found.closest
+        return (
+            f"No threshold is sure to reach {share(target)} yet. The closest: ≥ {p.threshold:.3f} is right on "
+            f"{p.accuracy:.1%} of its **{p.accepted}** items, but the 95% interval is {p.low:.1%}–{p.high:.1%}. "
+            f"About **{found.more_needed} more** answered items at that confidence, as accurate, would show "
+            f"it; answer more on the Annotate tab and calibrate again."
+        )
+    if target >= 1:
+        return "No number of answers can show 100% accuracy; enter a target below 1, e.g. 0.95."
+    return f"No threshold reaches {share(target)} accuracy on these items, whatever the number of answers."
+
+
+def share(value: float) -> str:
+    """A target as the user entered it: 0.95 is 95%, 0.975 is 97.5%."""
+    return f"{value * 100:g}%"
+
+
+def table_or_why(rows: list[dict[str, Any]], why_empty: str, columns: list[str] | None = None) -> tuple[Any, str]:
+    """A table and an empty note, or, when it has no rows, the table hidden and the sentence saying why:
+    an empty table would show only placeholder headers."""
+    if rows:
+        return gr.update(value=pd.DataFrame(rows, columns=columns), visible=True), ""
+    return gr.update(value=None, visible=HIDDEN), f"*{why_empty}*"

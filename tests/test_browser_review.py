@@ -1,0 +1,75 @@
+"""The Review tab in a real browser (Debian chromium through Playwright): a table with nothing to show
+says why, an answer is changed by the id its card shows, and the calibration view shows the items
+behind its numbers and recommends no threshold from two lucky items."""
+
+import json
+import shutil
+
+import pytest
+from playwright.sync_api import sync_playwright
+
+from studio_fixtures import BROWSER_ARGS, serve_studio
+from test_review_api import TWO_LUCKY, graded
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True, args=BROWSER_ARGS
+        )
+        yield b
+        b.close()
+
+
+def choose(page, dropdown: str, option: str) -> None:
+    """Pick a dropdown option with the mouse, and wait until the dropdown shows it."""
+    page.locator(f"{dropdown} input").click()
+    page.get_by_role("option", name=option, exact=True).click()
+    page.wait_for_function(f"document.querySelector('{dropdown} input').value === {json.dumps(option)}")
+
+
+def shows(page, selector: str, text: str) -> None:
+    page.wait_for_function(
+        f"(document.querySelector({json.dumps(selector)}) || {{}}).innerText?.includes({json.dumps(text)})"
+    )
+
+
+def test_review_tab_explains_empty_tables_takes_card_ids_and_wants_enough_items(browser, tmp_path, dgemma_engine):
+    db, run = graded(tmp_path / "review.db", TWO_LUCKY)
+    server, _ = serve_studio(db, dgemma_engine, name="p")
+    with server:
+        page = browser.new_page(viewport={"width": 1280, "height": 1800})
+        page.goto(server.url)
+        page.get_by_role("tab", name="Review").click()
+        # Every answer was typed, none accepted: the table of unsure accepts says so instead of "1 2 3".
+        shows(page, "#review-unsure-empty", "No suggestion was accepted while the model's confidence")
+        assert not page.locator("#review-unsure").is_visible()
+        assert "k3" in page.inner_text("#review-disagreements")  # rows name items as their cards do
+        for unfilled in ("#comparison", "#agreement", "#cal-summary"):  # no "1 | 2 | 3" before a button
+            assert not page.locator(unfilled).is_visible(), unfilled
+        page.locator("#agree-go").click()
+        shows(page, "#agreement-empty", "No item has answers from two annotators yet")
+        assert not page.locator("#agreement").is_visible()
+        # Change an answer by the id on the card; a missing one is named.
+        page.locator("#review-item input, #review-item textarea").first.fill("k404")
+        choose(page, "#review-question", "team")
+        page.locator("#review-value input, #review-value textarea").first.fill("technical")
+        page.locator("#review-change").click()
+        shows(page, "#review-note", "no item k404 in this project")
+        page.locator("#review-item input, #review-item textarea").first.fill("k3")
+        page.locator("#review-change").click()
+        shows(page, "#review-note", "Item k3, team: changed to technical.")
+        # Calibration: two items at 0.95 do not make a recommendation; the bins show their counts.
+        choose(page, "#cal-question", "team")
+        page.wait_for_function(f"document.querySelector('#cal-run input').value === '{run}'")
+        page.locator("#cal-go").click()
+        shows(page, "#cal-note", "No threshold is sure to reach 95% yet")
+        note = page.inner_text("#cal-note")
+        assert "would take" not in note and "71 more" in note, note
+        assert "ECE" in page.inner_text("#cal-summary")  # the table shown once it has a row
+        page.wait_for_function("document.querySelector('#reliability-counts canvas, #reliability-counts svg')")
+        assert "below the grey diagonal" in page.inner_text("#reliability-guide")
+        page.locator("#compare-go").click()
+        shows(page, "#comparison", "diffusion")
+        page.screenshot(path=str(tmp_path / "review.png"), full_page=True)
