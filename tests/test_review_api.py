@@ -14,7 +14,7 @@ from diffjev import Schema
 from diffjev.services.importing import import_items
 from diffjev.storage import repo
 from diffjev.storage.db import Database
-from diffjev.storage.models import Item, Response, Suggestion
+from diffjev.storage.models import Item, ItemRead, Response, Suggestion
 from studio_fixtures import serve_studio, studio_db
 
 TEAM = {
@@ -61,6 +61,7 @@ def graded(path, reads: list[tuple[float, bool]], name="p") -> tuple[Database, i
                     latency_ms=1.0,
                 )
             )
+            session.add(ItemRead(run_id=run, item_id=item, status="ok"))  # a suggestion is stored with its read
             session.add(
                 Response(
                     item_id=item,
