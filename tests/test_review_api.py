@@ -166,7 +166,7 @@ def test_an_answered_project_without_disagreements_says_so(tmp_path, dgemma_engi
     server, _ = serve_studio(db, dgemma_engine, name="p")
     with server:
         outputs = Client(server.url, verbose=False).predict(api_name="/review")
-    assert f"agree on every answered item the latest run read (run {run})" in outputs[2], outputs
+    assert f"agree on every answered item the model read (each item's latest read; latest run {run})" in outputs[2]
     assert "No suggestion was accepted while the model's confidence was below 0.6" in outputs[4], outputs
 
 
@@ -189,3 +189,35 @@ def test_the_project_tab_names_the_field_the_user_wrote(tmp_path, dgemma_engine,
         )
     error = html.unescape(error)  # Markdown text from anyone is written as character references
     assert f"field '{field}'" in error and hint in error, error
+
+
+def test_review_compares_each_items_latest_read_while_a_newer_run_reads_or_a_picked_run(tmp_path):
+    """A newer run that has read one item so far does not hide the older run's suggestions from Review
+    (before, the review tables took the newest run with reads only, and lost every other item)."""
+    from diffjev.services import review
+
+    db, old = graded(tmp_path / "two.db", [(0.9, False)] * 3)  # the old run says technical; humans billing
+    with db.session() as session:
+        project = repo.get_project(session, "p")
+        version = repo.latest_version(session, project.id)
+        row = repo.version_schema(version)[1]["team"]
+        new = repo.create_run(session, project.id, version, "diffusion", "m", None, {}, "owner").id
+        first = session.scalars(select(Item.id).where(Item.project_id == project.id).order_by(Item.id)).first()
+        older = session.scalar(select(Suggestion).where(Suggestion.run_id == old, Suggestion.item_id == first))
+        older.is_current = False  # the newer run's read of the first item takes over, as store_reads does
+        dist = {"billing": 0.8, "technical": 0.1, "account": 0.1}
+        session.add(
+            Suggestion(
+                run_id=new, item_id=first, question_id=row, answer="billing", distribution=dist, confidence=0.8,
+                full_vocab_confidence=0.8, entropy=0.5, margin=0.7, label_mass=1.0, stderr=None, agreement=None,
+                draws=1, value=None, latency_ms=1.0, is_current=True,
+            )
+        )  # fmt: skip
+        session.add(ItemRead(run_id=new, item_id=first, status="ok"))
+    assert len(review.disagreements(db, "p")) == 2  # the two items only the old run has read
+    assert len(review.disagreements(db, "p", run=old)) == 3
+    assert review.disagreements(db, "p", run=new) == []
+    said = review.why_empty(db, "p", run=new)["disagreements"]
+    assert said.startswith(f"The model (run {new}) and the humans agree on every answered item that run read"), said
+    with pytest.raises(repo.NotFound):
+        review.disagreements(db, "p", run=new + 10)

@@ -15,9 +15,14 @@ from diffjev.storage.models import Item, Response, Suggestion
 LOW_CONFIDENCE = 0.6
 
 
-def _pairs(db: Database, project_name: str) -> tuple[list[Any], dict[int, str]]:
-    """Submitted answers joined to the latest run's suggestion for the same item and question."""
-    project_id, schema, rows, run_id = project_schema(db, project_name)
+def _pairs(db: Database, project_name: str, run: int | None = None) -> tuple[list[Any], dict[int, str]]:
+    """Submitted answers joined to the suggestion for the same item and question: run `run`'s, or (None)
+    each item's current one (the latest run that read it), as the queues and exports take it."""
+    project_id, schema, rows, _ = project_schema(db, project_name)
+    if run is not None:
+        with db.read() as session:
+            repo.get_run(session, run, project_id)  # another project's run is not found
+    of_run = Suggestion.run_id == run if run is not None else Suggestion.is_current
     key_of = {row: key for key, row in rows.items()}
     with db.read() as session:
         query = (
@@ -35,9 +40,7 @@ def _pairs(db: Database, project_name: str) -> tuple[list[Any], dict[int, str]]:
             .join(Item, Item.id == Response.item_id)
             .outerjoin(
                 Suggestion,
-                (Suggestion.item_id == Response.item_id)
-                & (Suggestion.question_id == Response.question_id)
-                & (Suggestion.run_id == run_id),
+                (Suggestion.item_id == Response.item_id) & (Suggestion.question_id == Response.question_id) & of_run,
             )
             .where(Response.question_id.in_(list(key_of)), Response.status == "submitted")
             .order_by(Response.item_id)
@@ -45,8 +48,8 @@ def _pairs(db: Database, project_name: str) -> tuple[list[Any], dict[int, str]]:
         return list(session.execute(query)), key_of
 
 
-def question_report(db: Database, project_name: str) -> list[dict[str, Any]]:
-    pairs, key_of = _pairs(db, project_name)
+def question_report(db: Database, project_name: str, run: int | None = None) -> list[dict[str, Any]]:
+    pairs, key_of = _pairs(db, project_name, run)
     report = []
     for row, key in key_of.items():
         mine = [p for p in pairs if p.question_id == row]
@@ -66,15 +69,15 @@ def question_report(db: Database, project_name: str) -> list[dict[str, Any]]:
     return report
 
 
-def disagreements(db: Database, project_name: str, limit: int = 200) -> list[dict[str, Any]]:
-    pairs, key_of = _pairs(db, project_name)
+def disagreements(db: Database, project_name: str, limit: int = 200, run: int | None = None) -> list[dict[str, Any]]:
+    pairs, key_of = _pairs(db, project_name, run)
     return [_row(p, key_of) for p in pairs if p.answer is not None and p.answer != p.value][:limit]
 
 
 def low_confidence_accepts(
-    db: Database, project_name: str, below: float = LOW_CONFIDENCE, limit: int = 200
+    db: Database, project_name: str, below: float = LOW_CONFIDENCE, limit: int = 200, run: int | None = None
 ) -> list[dict[str, Any]]:
-    pairs, key_of = _pairs(db, project_name)
+    pairs, key_of = _pairs(db, project_name, run)
     return [
         _row(p, key_of) for p in pairs if p.source == "accepted" and p.confidence is not None and p.confidence < below
     ][:limit]
@@ -84,10 +87,16 @@ ANSWER_FIRST = "No item has a human answer yet: answer some on the Annotate tab,
 NO_RUN = "No run has pre-labeled this project's items: start one on the Pre-label tab, then press Refresh."
 
 
-def why_empty(db: Database, project_name: str) -> dict[str, str]:
+def why_empty(db: Database, project_name: str, run: int | None = None) -> dict[str, str]:
     """Per review table, the sentence that says why it has no rows and what to do: shown in place of
-    an empty table."""
+    an empty table. `run`: the run the tables compare with (None: each item's latest read)."""
     project_id, _, rows, run_id = project_schema(db, project_name)
+    agree = (
+        f"The model (run {run}) and the humans agree on every answered item that run read."
+        if run is not None
+        else "The model and the humans agree on every answered item the model read (each item's latest read; "
+        f"latest run {run_id})."
+    )
     with db.read() as session:
         answered = session.scalar(
             select(func.count())
@@ -96,8 +105,7 @@ def why_empty(db: Database, project_name: str) -> dict[str, str]:
         )
     prior = ANSWER_FIRST if not answered else NO_RUN if run_id is None else None
     return {
-        "disagreements": prior
-        or f"The model and the humans agree on every answered item the latest run read (run {run_id}).",
+        "disagreements": prior or agree,
         "unsure": prior or f"No suggestion was accepted while the model's confidence was below {LOW_CONFIDENCE}.",
         "agreement": "No item has answers from two annotators yet: the *Second opinion* and *Double annotation* "
         "queues on the Annotate tab send items to a second annotator.",

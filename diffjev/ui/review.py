@@ -19,6 +19,7 @@ from diffjev.services.prelabel import prelabel
 from diffjev.storage import repo
 from diffjev.storage.models import Run
 from diffjev.ui.context import Studio, md_text, refusal
+from diffjev.ui.data import LATEST, LATEST_LABEL, keep_pick, pick_of, run_choices
 
 PLOT_POINTS = 200
 HIDDEN = "hidden"  # kept in the page, out of sight: a table with no rows would show placeholder headers
@@ -52,7 +53,11 @@ def run_number(value: Any) -> int:
 
 
 def build(studio: Studio) -> None:
-    refresh = gr.Button("Refresh", elem_id="review-refresh")
+    with gr.Row():
+        run_pick = gr.Dropdown(
+            [(LATEST_LABEL, LATEST)], value=LATEST, label="Model answers from", elem_id="review-run", scale=3
+        )
+        refresh = gr.Button("Refresh", elem_id="review-refresh", scale=1)
     summary = gr.Dataframe(label="Per question", interactive=False, elem_id="review-summary")
     gr.Markdown("**Model and human disagree**")
     disagree = gr.Dataframe(label="Model and human disagree", interactive=False, elem_id="review-disagreements")
@@ -231,14 +236,20 @@ def build(studio: Studio) -> None:
     )
     compare.click(compare_runs, [], [comparison, comparison_csv, comparison_why], api_name="compare_runs")
 
-    def tables() -> tuple[Any, ...]:
+    def tables(request: gr.Request) -> tuple[Any, ...]:
         columns = ["item", "question", "model", "confidence", "human", "annotator", "source"]
-        why = review.why_empty(studio.db, studio.project)
-        return (
-            pd.DataFrame(review.question_report(studio.db, studio.project)),
-            *table_or_why(review.disagreements(studio.db, studio.project), why["disagreements"], columns),
-            *table_or_why(review.low_confidence_accepts(studio.db, studio.project), why["unsure"], columns),
-        )
+        run = pick_of(studio, "review", request)  # None: each item's latest read
+        try:
+            why = review.why_empty(studio.db, studio.project, run)
+            return (
+                pd.DataFrame(review.question_report(studio.db, studio.project, run)),
+                *table_or_why(review.disagreements(studio.db, studio.project, run=run), why["disagreements"], columns),
+                *table_or_why(
+                    review.low_confidence_accepts(studio.db, studio.project, run=run), why["unsure"], columns
+                ),
+            )
+        except repo.NotFound as exc:  # the picked run was deleted meanwhile
+            raise refusal(exc) from None
 
     def reopen(shown: str | None, key: str, answer: str, request: gr.Request) -> str:
         shown = str(shown or "").strip()
@@ -259,6 +270,8 @@ def build(studio: Studio) -> None:
     refresh.click(tables, [], review_tables, api_name="review")
     change.click(reopen, [item, question, value], [note], api_name="review_change")
     studio.on_load.append((tables, [], review_tables))
+    studio.on_load.append((lambda: gr.update(choices=run_choices(studio), value=LATEST), [], [run_pick]))
+    keep_pick(studio, "review", run_pick)
 
 
 def reliability_points(bins: list[cal.Bin]) -> pd.DataFrame:
