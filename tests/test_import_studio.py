@@ -216,3 +216,26 @@ def test_undo_browse_and_delete_on_sqlite_and_postgresql(db_url, tmp_path):
         item_service.delete_items(db, "tickets", [b1.id], "owner", confirmed=True, with_answers=False)
     assert item_service.delete_items(db, "tickets", [b1.id], "owner", confirmed=True, with_answers=True) == 1
     assert items_where(db) == []
+
+
+def test_the_items_view_keeps_hidden_fields_out_and_a_nul_search_matches_nothing(tmp_path, dgemma_engine):
+    """A schema's hidden field (the gold answer) stays off the Items view as it stays off the card: before,
+    opening an item listed `gold: SECRET`. A search for a NUL (which no item holds) matched every item."""
+    from conftest import TICKETS
+    import pandas as pd
+
+    db = studio_db(tmp_path / "hidden.db", ["placeholder"], schema={**TICKETS, "samples": 1, "hidden_fields": ["gold"]})
+    rows = pd.DataFrame({"id": ["g1", "g2"], "text": ["Card declined", "App crashes"], "gold": ["SECRET1", "SECRET2"]})
+    import_items(db, "tickets", rows, id_field="id", context_fields=["gold"])
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        client = Client(server.url, verbose=False)
+        opened = html.unescape(client.predict("g1", api_name="/items_open"))
+        assert "Card declined" in opened and "SECRET1" not in opened, opened
+        assert "hidden from annotators (kept in exports): gold" in opened, opened
+        _, summary, selectable = client.predict("\x00", "All", 1, api_name="/items_browse")
+        assert summary == "No items match." and selectable["choices"] == [], (summary, selectable)
+        _, summary, _ = client.predict("", "All", 1, api_name="/items_browse")
+        assert summary == "Items 1–3 of 3.", summary
+    with db.read() as session:  # the value itself is kept, for exports
+        assert session.scalar(select(Item.fields).where(Item.external_id == "g1")) == {"gold": "SECRET1"}

@@ -36,6 +36,8 @@ def browse(db: Database, project_name: str, search: str, which: str, page: int, 
     """One page of the items whose text holds `search` (or whose id is it), all or only (un)answered ones."""
     answered = {"Answered": True, "Unanswered": False}.get(which)
     offset = max(int(page) - 1, 0) * size
+    if "\x00" in search:  # no stored item holds a NUL (import refuses it), and SQLite's LIKE stops at one
+        return ItemsPage([], 0, offset)
     with db.read() as session:
         project_id = repo.get_project(session, project_name).id
         rows, matching = item_store.item_page(session, project_id, search.strip(), answered, offset, size)
@@ -43,18 +45,23 @@ def browse(db: Database, project_name: str, search: str, which: str, page: int, 
 
 
 def open_item(db: Database, project_name: str, key: str) -> dict[str, Any]:
-    """An item (by its own id, else its number) with its fields, answers and suggestions."""
+    """An item (by its own id, else its number) with its fields, answers and suggestions. The schema's
+    hidden fields (a gold answer) stay out of it, as they stay off the annotator's card; only their names
+    are given, and exports keep their values."""
     key = key.strip()
     with db.read() as session:
         project_id = repo.get_project(session, project_name).id
         item = item_store.find_item(session, project_id, key) if key else None
         if item is None:
             raise repo.NotFound(f"no item {key!r} in this project; give its id or its number in the Items table")
+        hidden = set(repo.version_schema(repo.latest_version(session, project_id))[0].hidden_fields)
+        fields = item.fields or {}
         return {
             "number": item.id,
             "id": item.external_id,
             "text": item.text,
-            "fields": item.fields,
+            "fields": {k: v for k, v in fields.items() if k not in hidden},
+            "hidden": sorted(k for k in fields if k in hidden),
             "answers": item_store.item_answers(session, item.id),
             "suggestions": item_store.item_suggestions(session, item.id),
         }

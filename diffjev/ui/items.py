@@ -31,6 +31,9 @@ def item_markdown(item: dict[str, Any]) -> str:
     ident = f"**{md_text(item['id'])}** · " if item["id"] else ""
     lines = [f"{ident}number {item['number']}", "", md_text(item["text"]), "", "**Fields**"]
     lines += [f"- {md_text(k)}: {md_text(_cell(v))}" for k, v in item["fields"].items()] or ["- none"]
+    if item["hidden"]:
+        names = ", ".join(md_text(k) for k in item["hidden"])
+        lines.append(f"- hidden from annotators (kept in exports): {names}")
     lines += ["", "**Answers**"]
     lines += [
         f"- {md_text(a['question'])}: {md_text(a['answer'] if a['answer'] is not None else '(none)')} "
