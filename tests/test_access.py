@@ -636,7 +636,7 @@ def test_hub_sign_in_is_required_everywhere_and_checked_against_members(tmp_path
         assert carol.get("/").status_code == 200
         event, said = gradio_call(carol, "annotate_start", "team", "Least confidence first")
         assert event == "complete" and MARK in said, said
-        assert gradio_call(carol, "review_change", 1, "team", "billing")[0] == "complete"
+        assert gradio_call(carol, "review_change", "t0", "team", "billing")[0] == "complete"  # the card's id
     with db.read() as session:  # the answer carries the Hub username
         assert session.scalars(select(Response.annotator)).all() == ["carol"]
 

@@ -140,6 +140,9 @@ def test_change_an_answer_takes_the_id_the_card_shows(tmp_path, dgemma_engine):
         missing = client.predict("t99", "team", "billing", api_name="/review_change")
         assert missing == "⚠️ no item t99 in this project", missing
         assert client.predict(str(bare), "team", "account", api_name="/review_change").startswith(f"Item {bare},")
+        for number in ("1", "\u0661"):  # t1's number (or an Arabic-Indic 1): t1's card shows "t1", not a number
+            said = client.predict(number, "team", "technical", api_name="/review_change")
+            assert said == f"⚠️ no item {number} in this project", said
     with db.read() as session:
         stored = session.execute(
             select(Item.external_id, Response.value).join(Item, Item.id == Response.item_id).order_by(Item.id)

@@ -183,15 +183,16 @@ def reopen(db: Database, project_name: str, item: str, question_key: str, value:
 
 def shown_item(session, project_id: int, item: str) -> int:
     """The row id of the item named by the id its card shows: the item's own (external) id, or, for an item
-    imported without one, its number (what its card shows then). An own id always wins, so a number
-    names one item: the item whose own id it is, else the item of that number."""
+    imported without one, its number (what its card shows then). A number never names an item that has an
+    own id (its card never shows the number), so a mistyped id cannot change another item's answer."""
     item = str(item).strip()
     in_project = select(Item.id).where(Item.project_id == project_id)
     found = None
     if "\x00" not in item:  # PostgreSQL text cannot hold NUL, and no stored id has one
         found = session.scalar(in_project.where(Item.external_id == item))
-    if found is None and item.isdecimal() and len(item) < 19:  # a number a database integer holds
-        found = session.scalar(in_project.where(Item.id == int(item)))
+    # ASCII digits only ("٢" is decimal too), and a number a database integer holds.
+    if found is None and item.isascii() and item.isdigit() and len(item) < 19:
+        found = session.scalar(in_project.where(Item.id == int(item), Item.external_id.is_(None)))
     if found is None:
         raise repo.NotFound(f"no item {item} in this project")
     return found
