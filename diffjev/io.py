@@ -13,6 +13,7 @@ half file under the final name. CSV cells a spreadsheet would run as formulas ar
 
 from __future__ import annotations
 
+import codecs
 import csv
 import errno
 import glob
@@ -379,7 +380,9 @@ def _check_text_file(path: Any) -> None:
     zip, UTF-16 text) would be all bad rows: its first block, mostly characters no text holds, names it."""
     with open(path, "rb") as f:
         block = f.read(8192).decode("utf-8", errors="surrogateescape")
-    if block and len(_NOT_TEXT.findall(block)) > NOT_TEXT_SHARE * len(block):
+    if not block.strip():
+        raise SourceError(f"{source_name(path)} is empty: it holds no column names and no rows")
+    if len(_NOT_TEXT.findall(block)) > NOT_TEXT_SHARE * len(block):
         raise SourceError(NOT_TEXT_OR_PARQUET.format(name=source_name(path)))
 
 
@@ -410,6 +413,8 @@ def _jsonl_records(path: Any) -> Iterator[Any]:
     yield None  # each line names its own fields
     with open(path, "rb") as f:
         for line, raw in enumerate(f, start=1):
+            if line == 1 and raw.startswith(codecs.BOM_UTF8):  # as Windows tools write UTF-8; CSV skips it too
+                raw = raw[len(codecs.BOM_UTF8) :]
             if not raw.strip():
                 continue
             try:

@@ -96,6 +96,9 @@ def test_parquet_dataframe_and_dataset_sources(db, tmp_path):
         (lambda tmp: (tmp / "x.txt").write_text("hi") and tmp / "x.txt", "use a .csv, .jsonl or .parquet"),
         (lambda tmp: (tmp / "h.csv").write_text("body\nhello\n") and tmp / "h.csv", "no column 'text'"),
         (lambda tmp: "someone/some-dataset", "not a local folder"),
+        # before: "no column 'text'; its columns are " with nothing after it
+        (lambda tmp: (tmp / "empty.csv").write_bytes(b"") is not None and tmp / "empty.csv", "empty.csv is empty"),
+        (lambda tmp: (tmp / "blank.jsonl").write_text("\n\n") and tmp / "blank.jsonl", "blank.jsonl is empty"),
     ],
 )
 def test_sources_that_cannot_be_imported_say_why_and_import_nothing(db, tmp_path, make, says):
@@ -118,3 +121,14 @@ def test_large_files_stream_in_bounded_chunks(tmp_path):
     chunks = []
     report = import_items(db, "p", path, chunk_rows=10_000, progress=lambda r: chunks.append(r.imported))
     assert report.imported == 50_000 and chunks == [10_000, 20_000, 30_000, 40_000, 50_000]
+
+
+def test_a_jsonl_file_with_a_utf8_bom_imports_its_first_line(db, tmp_path):
+    """Windows tools write UTF-8 with a byte-order mark; a CSV with one imported, a JSONL rejected line 1
+    as "not valid JSON (Unexpected UTF-8 BOM)"."""
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"text": "first"}\n{"text": "second"}\n')
+    report = import_items(db, "p", path)
+    assert report.imported == 2 and report.rejects == [], report
+    with db.read() as session:
+        assert session.scalars(repo.select(repo.Item.text).order_by(repo.Item.id)).all() == ["first", "second"]
