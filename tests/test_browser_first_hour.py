@@ -42,7 +42,11 @@ OWN_SCHEMA = {
             "id": "team",
             "type": "choice",
             "instructions": "Which team should answer?",
-            "options": [{"name": "billing"}, {"name": "technical", "description": "bugs, outages"}, {"name": "account"}],
+            "options": [
+                {"name": "billing"},
+                {"name": "technical", "description": "bugs, outages"},
+                {"name": "account"},
+            ],
         },
         {"id": "urgent", "type": "yes_no", "instructions": "Does it need a reply today?"},
     ],
@@ -96,6 +100,14 @@ def shows(page, selector: str, text: str, timeout: int = WAIT_MS) -> str:
     return page.inner_text(selector)
 
 
+def until(page, condition: str, what: str) -> None:
+    """Wait for a condition on the page; a failure names what never came."""
+    try:
+        page.wait_for_function(condition, timeout=WAIT_MS)
+    except PlaywrightTimeout:
+        pytest.fail(f"the page never showed {what}")
+
+
 def shown_id(page) -> str:
     return page.inner_text("#item .dj-id").removeprefix("item ")
 
@@ -142,9 +154,11 @@ def table_or_sentence(page, table: str, why: str) -> None:
 
 
 def download(page, fmt: str) -> str:
-    """Export the answered items as `fmt` and download the file; its text."""
+    """Export the answered items as `fmt` and download the file; its text. On a freshly loaded page, so the
+    note and the button are this export's, not an earlier one's."""
+    page.reload()
+    page.get_by_role("tab", name="Export").click()
     choose(page, "#export-format", fmt)
-    page.evaluate("document.querySelector('#export-note').innerText = ''")  # the note of an earlier export
     page.locator("#export-go").click()
     shows(page, "#export-note", "Exported 4 items.")
     with page.expect_download() as done:
@@ -183,8 +197,8 @@ def assert_no_gold(page) -> None:
 def walk_the_demo(browser, db: Database, engine: Engine) -> None:
     """The demo as a first start makes it (`ensure_project`, then its pre-label run in the background, as
     `diffjev.ui.studio.main` starts it): the queue serves items before the first read, the run's progress
-    shows, a queue emptied while the run reads says so, and the cards never show the gold team. The run is cancelled after a few reads, to keep
-    the walk short; the suggestions read stay."""
+    shows, a queue emptied while the run reads says so, and the cards never show the gold team. The run is
+    cancelled after a few reads, to keep the walk short; the suggestions read stay."""
     name, created = ensure_project(db)
     assert (name, created) == (DEMO_PROJECT, True)
     cancel = threading.Event()
@@ -333,7 +347,7 @@ def review(page) -> None:
     table_or_sentence(page, "#review-disagreements", "#review-disagreements-empty")
     table_or_sentence(page, "#review-unsure", "#review-unsure-empty")
     choose(page, "#cal-question", "team")
-    page.wait_for_function("document.querySelector('#cal-run input').value === '2'")
+    until(page, "document.querySelector('#cal-run input').value === '2'", "run 2 (made since the page loaded)")
     page.locator("#cal-go").click()
     note = shows(page, "#cal-note", "Answers used:")
     assert "(4 items" in note, note
@@ -397,7 +411,6 @@ def test_the_first_hour_on_a_fresh_database(browser, tmp_path, dgemma_engine, mo
         given = annotate_by_keyboard(page, db)
         review(page)
         answers = {**given, "k5": "account"}
-        page.get_by_role("tab", name="Export").click()
         from_csv = list(csv.DictReader(download(page, "csv").splitlines()))
         from_jsonl = [json.loads(line) for line in download(page, "jsonl").splitlines()]
     check_export(from_csv, answers)

@@ -51,7 +51,8 @@ def run_number(value: Any) -> int:
         raise refusal(f"run {value!r} is not a run number; choose a run from the list") from None
 
 
-def build(studio: Studio) -> None:
+def build(studio: Studio, opened: gr.Tab | None = None) -> None:
+    """The tab's parts; `opened`, the tab itself, refreshes its run list each time it is opened."""
     refresh = gr.Button("Refresh", elem_id="review-refresh")
     summary = gr.Dataframe(label="Per question", interactive=False, elem_id="review-summary")
     gr.Markdown("**Model and human disagree**")
@@ -137,10 +138,12 @@ def build(studio: Studio) -> None:
     comparison_why = gr.Markdown(elem_id="comparison-empty")
     comparison_csv = gr.DownloadButton("Download CSV", visible=False, elem_id="comparison-csv")
 
-    def runs() -> Any:
+    def runs(picked: Any = None) -> Any:
+        """The project's runs, the picked one kept while it exists, else the newest."""
         with studio.db.read() as session:
             ids = list(session.scalars(select(Run.id).where(Run.project_id == studio.schema()[0]).order_by(Run.id)))
-        return gr.update(choices=ids, value=ids[-1] if ids else None)
+        kept = next((i for i in ids if str(i) == str(picked)), None)
+        return gr.update(choices=ids, value=kept if kept is not None else (ids[-1] if ids else None))
 
     def calibrate(key: str, run_id: int | None, target_accuracy: float) -> tuple:
         if not key or run_id is None:
@@ -220,6 +223,8 @@ def build(studio: Studio) -> None:
         )
 
     studio.on_load.append((runs, [], [cal_run]))
+    if opened is not None:  # a run made since the page loaded (in the Pre-label tab) is listed at once
+        opened.select(runs, [cal_run], [cal_run], api_visibility="private", show_progress="hidden")
     relabel.click(new_run, [], [cal_note], api_name="relabel_run")
     keep.click(keep_temperature, [cal_question, cal_run], [cal_note], api_name="keep_temperature")
     agree.click(agreement_tables, [], [agreement, agree_diff, agree_why], api_name="agreement")
