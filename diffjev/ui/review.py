@@ -52,7 +52,8 @@ def run_number(value: Any) -> int:
         raise refusal(f"run {value!r} is not a run number; choose a run from the list") from None
 
 
-def build(studio: Studio) -> None:
+def build(studio: Studio, opened: gr.Tab | None = None) -> None:
+    """The tab's parts; `opened`, the tab itself, refreshes its run lists each time it is opened."""
     with gr.Row():
         run_pick = gr.Dropdown(
             [(LATEST_LABEL, LATEST)], value=LATEST, label="Model answers from", elem_id="review-run", scale=3
@@ -142,10 +143,12 @@ def build(studio: Studio) -> None:
     comparison_why = gr.Markdown(elem_id="comparison-empty")
     comparison_csv = gr.DownloadButton("Download CSV", visible=False, elem_id="comparison-csv")
 
-    def runs() -> Any:
+    def runs(picked: Any = None) -> Any:
+        """The project's runs, the picked one kept while it exists, else the newest."""
         with studio.db.read() as session:
             ids = list(session.scalars(select(Run.id).where(Run.project_id == studio.schema()[0]).order_by(Run.id)))
-        return gr.update(choices=ids, value=ids[-1] if ids else None)
+        kept = next((i for i in ids if str(i) == str(picked)), None)
+        return gr.update(choices=ids, value=kept if kept is not None else (ids[-1] if ids else None))
 
     def calibrate(key: str, run_id: int | None, target_accuracy: float) -> tuple:
         if not key or run_id is None:
@@ -225,6 +228,14 @@ def build(studio: Studio) -> None:
         )
 
     studio.on_load.append((runs, [], [cal_run]))
+    if opened is not None:  # a run made since the page loaded (in the Pre-label tab) is listed at once
+        opened.select(runs, [cal_run], [cal_run], api_visibility="private", show_progress="hidden")
+
+        def listed(picked: Any) -> Any:
+            choices = run_choices(studio)
+            return gr.update(choices=choices, value=picked if picked in {c[1] for c in choices} else LATEST)
+
+        opened.select(listed, [run_pick], [run_pick], api_visibility="private", show_progress="hidden")
     relabel.click(new_run, [], [cal_note], api_name="relabel_run")
     keep.click(keep_temperature, [cal_question, cal_run], [cal_note], api_name="keep_temperature")
     agree.click(agreement_tables, [], [agreement, agree_diff, agree_why], api_name="agreement")

@@ -135,8 +135,8 @@ def build_blocks(studio: Studio) -> gr.Blocks:
                 items.build(studio)
             with gr.Tab("Pre-label", id="prelabel"):
                 data.build_prelabel(studio)
-            with gr.Tab("Review", id="review"):
-                review.build(studio)
+            with gr.Tab("Review", id="review") as review_tab:
+                review.build(studio, review_tab)
             with gr.Tab("Export", id="export"):
                 data.build_export(studio)
             with gr.Tab("Try a read", id="try"):
