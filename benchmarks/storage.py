@@ -149,7 +149,9 @@ def seed_queue(db: Database, n: int) -> tuple[int, int]:
     return run_id, question
 
 
-def next_item_latency(db: Database, run_id: int, question: int, queries: int) -> tuple[float, float]:
+def next_item_latency(db: Database, run_id: int | None, question: int, queries: int) -> tuple[float, float]:
+    """p50 and p95 of a "next item" pick from one run's suggestions, or (None) from each item's current
+    suggestion (the studio's default queue: the latest run that read the item)."""
     times = []
     for k in range(queries):
         started = time.perf_counter()
@@ -189,6 +191,16 @@ def main() -> None:
             run_id, question = seed_queue(db, n)
             p50, p95 = next_item_latency(db, run_id, question, args.queries)
             rows.append(("next item, least confidence", n, f"p50 {p50:.2f} ms", f"p95 {p95:.2f} ms", "p95 < 20 ms"))
+            p50, p95 = next_item_latency(db, None, question, args.queries)
+            rows.append(
+                (
+                    "next item, least confidence, latest reads",
+                    n,
+                    f"p50 {p50:.2f} ms",
+                    f"p95 {p95:.2f} ms",
+                    "p95 < 20 ms",
+                )
+            )
             if n == args.export_size:
                 target = folder / "export.parquet"
                 started = time.perf_counter()
