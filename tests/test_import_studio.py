@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from diffjev.services.importing import import_items
 from diffjev.storage import repo
-from diffjev.storage.models import Event, Item
+from diffjev.storage.models import Event, Item, Response
 from studio_fixtures import serve_studio, studio_db
 
 
@@ -239,3 +239,31 @@ def test_the_items_view_keeps_hidden_fields_out_and_a_nul_search_matches_nothing
         assert summary == "Items 1–3 of 3.", summary
     with db.read() as session:  # the value itself is kept, for exports
         assert session.scalar(select(Item.fields).where(Item.external_id == "g1")) == {"gold": "SECRET1"}
+
+
+def test_an_item_removed_while_an_annotator_holds_it_gives_a_note_and_the_next_card(tmp_path, dgemma_engine):
+    db = studio_db(tmp_path / "removed.db", ["Kept ticket"])
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        annotator = Client(server.url, verbose=False)
+        undone = import_via(
+            annotator, write(tmp_path / "u.csv", "id,text\nu1,Undone one\nu2,Undone two\n"), "text", "id", []
+        )
+        import_via(annotator, write(tmp_path / "k.csv", "id,text\nk1,Kept one\nk2,Kept two\n"), "text", "id", [])
+        assert "Kept ticket" in annotator.predict("team", "Unlabeled, in order", api_name="/annotate_start")[1]
+        assert "Undone one" in annotator.predict(api_name="/pick_1")[1]  # held while its import is undone
+        assert "2 items removed" in annotator.predict(import_id_of(undone), api_name="/import_undo")[0]
+        note, card, *_ = annotator.predict(api_name="/pick_1")
+        assert "This item was removed from the project (its import was undone or it was deleted)" in note
+        assert "Here is the next one" in note and "Kept one" in card
+        annotator.predict("", "All", 1, api_name="/items_browse")  # the page to select from
+        (k1,) = items_where(db, Item.external_id == "k1")
+        said = annotator.predict([str(k1.id)], True, False, "", "All", 1, api_name="/items_delete")[0]
+        assert said == "Deleted 1 items."
+        note, card, *_ = annotator.predict(api_name="/skip")
+        assert "This item was removed from the project" in note and "Kept two" in card
+    with db.read() as session:
+        answered = session.scalars(select(Response.item_id)).all()
+        kinds = session.scalars(select(Event.kind).where(Event.kind.like("response.%"))).all()
+    assert [i.external_id for i in items_where(db, Item.id.in_(answered))] == ["t0"]
+    assert kinds == ["response.submitted"]  # only the kept ticket's answer: nothing for the removed items

@@ -100,6 +100,27 @@ def test_a_killed_prelabel_resumes_with_every_item_read_once(tmp_path, tiny_mode
         assert session.scalars(select(Run.status)).all() == ["completed"]
 
 
+def test_two_processes_resuming_one_run_at_once_store_every_item_once(tmp_path, tiny_model_folder):
+    # Two studios (or CLIs) sharing one database file cannot see each other's live runs: both may resume
+    # the same run. Each item must still be stored once, and neither may fail on the other's reads.
+    n = 200
+    path = tmp_path / "twice.db"
+    db = project_db(path, n)
+    with db.session() as session:
+        run = repo.create_run(
+            session, 1, repo.latest_version(session, 1), "transformers", str(tiny_model_folder), None, {}, "owner"
+        )
+        run_id = run.id
+    args = ["prelabel", "--db", str(path), "--project", "p", "--engine", "transformers"]
+    args += ["--model", str(tiny_model_folder), "--batch", "8", "--resume", str(run_id)]
+    both = [subprocess.Popen(CLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in "ab"]
+    for proc in both:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
+        assert f"run {run_id} completed" in out
+    assert counts(db) == (n, 3 * n, 3 * n, 0)
+
+
 def test_a_failing_server_records_each_item_and_a_resume_completes_it(tmp_path, vllm_server, tokenizer):
     db = project_db(tmp_path / "faults.db", 6)
     body = json.dumps({"error": {"message": "EngineCore died", "type": "InternalServerError", "code": 500}})

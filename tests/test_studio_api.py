@@ -1,13 +1,16 @@
 """The studio's endpoints through gradio_client, with logins; and its Jev API over plain HTTP."""
 
 import json
+import threading
+import time
 
 import httpx
 import pytest
 from gradio_client import Client, handle_file
 from sqlalchemy import select
 
-from diffjev.storage.models import Response
+from diffjev.engines.base import Engine
+from diffjev.storage.models import ItemRead, Response, Run
 from studio_fixtures import serve_studio, studio_db
 
 USERS = [("alice", "a-secret"), ("bob", "b-secret")]
@@ -140,3 +143,50 @@ def test_any_answer_for_questions_with_more_than_nine_options(tmp_path, dgemma_e
         c.predict("topic11", api_name="/answer")
     with db.read() as session:
         assert session.scalar(select(Response.value)) == "topic11"
+
+
+class Gated(Engine):
+    """The tiny engine, reading each item only once `go` is set: a run that stays reading until then."""
+
+    def __init__(self, inner, go: threading.Event):
+        self.inner, self.go = inner, go
+        self.name, self.model_name = "gated", "tiny"
+
+    def check_schema(self, schema):
+        self.inner.check_schema(schema)
+
+    def decide_many(self, schema, states, seed=42):
+        for state in states:
+            self.go.wait(60)
+            yield from self.inner.decide_many(schema, [state], seed)
+
+
+def test_a_run_still_reading_is_neither_resumed_twice_nor_deleted(tmp_path, dgemma_engine):
+    from diffjev.services.prelabel import live_runs
+
+    db = studio_db(tmp_path / "race.db", [f"Ticket {i}: the app is slow" for i in range(4)])
+    go = threading.Event()
+    server, _ = serve_studio(db, Gated(dgemma_engine, go), auth=USERS)
+    with server:
+        alice, bob = client(server, USERS[0]), client(server, USERS[1])
+        started = alice.submit("the studio's engine", "", "", "All items", api_name="/prelabel")
+        deadline = time.monotonic() + 30
+        while 1 not in live_runs and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert 1 in live_runs, "alice's run never started reading"
+        resumed = bob.submit("the studio's engine", "", "", "All items", "1", api_name="/prelabel_resume")
+        with pytest.raises(Exception, match="run 1 is still reading; wait for it or cancel it"):
+            resumed.result(timeout=30)
+        assert 1 in live_runs  # bob's refused resume left alice's run registered
+        with pytest.raises(Exception, match="run 1 is still reading; cancel it first"):
+            bob.predict("1", api_name="/run_delete")
+        assert "Cancelling" in alice.predict(api_name="/prelabel_cancel")  # still reaches alice's run
+        summary, _ = started.result(timeout=60)
+        assert "Run 1 **cancelled**" in summary
+        go.set()
+        summary, _ = bob.predict("the studio's engine", "", "", "All items", "1", api_name="/prelabel_resume")
+        assert "Run 1 **completed**: 4 items read, 0 failed" in summary
+    with db.read() as session:
+        assert session.scalars(select(Run.status)).all() == ["completed"]
+        reads = session.scalars(select(ItemRead.item_id).where(ItemRead.run_id == 1)).all()
+    assert sorted(reads) == [1, 2, 3, 4]

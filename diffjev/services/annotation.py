@@ -60,6 +60,11 @@ DIVERSE_CLUSTERS = 8
 LEASE = timedelta(minutes=10)
 
 
+class ItemRemoved(repo.NotFound):
+    """The card's item left the project while the annotator held it: its import was undone, or it was
+    deleted from the Items view. Nothing was stored for it."""
+
+
 @dataclass(frozen=True)
 class Card:
     """One item and one question, as an annotator sees them."""
@@ -321,7 +326,14 @@ def answer(
         repo.release_lease(session, card.item_id, card.question_row, annotator)
         return response.id
 
-    return db.write(work)
+    try:
+        return db.write(work)
+    except repo.NotFound:
+        # the card came from this project's queue, so an item not found now was removed since it was shown
+        raise ItemRemoved(
+            f"item {card.external_id or card.item_id} was removed from the project (its import was undone or "
+            f"it was deleted); nothing was stored for it"
+        ) from None
 
 
 def undo_mark(db: Database, project_id: int) -> int:

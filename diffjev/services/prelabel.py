@@ -80,6 +80,17 @@ class Progress:
 
 # run id -> (project name, its latest progress): the runs this process is making now
 live_runs: dict[int, tuple[str, Progress]] = {}
+# Two requests may resume one run at once: its check in live_runs and its entry there are one step.
+_live_runs_lock = threading.Lock()
+
+
+def _claim_run(run_id: int, project_name: str) -> None:
+    """Register the run as reading in this process, or refuse: a second reader of one run would read its
+    items twice, and its end would drop the run from live_runs while the first still reads it."""
+    with _live_runs_lock:
+        if run_id in live_runs:
+            raise repo.Conflict(f"run {run_id} is still reading; wait for it or cancel it")
+        live_runs[run_id] = (project_name, Progress(0, 0, 0, 0.0))
 
 
 @dataclass
@@ -151,9 +162,42 @@ def prelabel(
     cancel: threading.Event | None = None,
     stop_after: int = DEFAULT_STOP_AFTER,
 ) -> RunReport:
-    """Run (or, given `run_id`, resume) a pre-label pass over a project's items."""
+    """Run (or, given `run_id`, resume) a pre-label pass over a project's items. A run this process is
+    reading already is refused (repo.Conflict)."""
     if run_id is None:
         run_id = start_run(db, project_name, engine, only_unlabeled=only_unlabeled, seed=seed, actor=actor)
+    _claim_run(run_id, project_name)
+    try:
+        return _read_run(
+            db,
+            project_name,
+            engine,
+            run_id,
+            seed=seed,
+            batch_items=batch_items,
+            reading=(retries, backoff_s, stop_after),
+            actor=actor,
+            progress=progress,
+            cancel=cancel,
+        )
+    finally:
+        live_runs.pop(run_id, None)  # only the call that claimed the run gets here
+
+
+def _read_run(
+    db: Database,
+    project_name: str,
+    engine: Engine,
+    run_id: int,
+    *,
+    seed: int,
+    batch_items: int,
+    reading: tuple[int, float, int],
+    actor: str,
+    progress: Callable[[Progress], None] | None,
+    cancel: threading.Event | None,
+) -> RunReport:
+    retries, backoff_s, stop_after = reading
     with db.session() as session:
         project = repo.get_project(session, project_name)
         run = repo.get_run(session, run_id, project.id)
@@ -216,7 +260,6 @@ def prelabel(
                     progress(current)
     finally:
         reader.stop()  # reads still in flight finish in the background and are dropped, never stored
-        live_runs.pop(run_id, None)
     return _finish(db, run_id, status, error, actor, started)
 
 

@@ -442,8 +442,20 @@ def store_reads(
     """One batch of reads, in the caller's transaction: per item, its read row and its suggestions.
 
     `results` holds (item id, decision or None, error or None, attempts, latency ms). A failed read of
-    an earlier attempt at this run is replaced.
+    an earlier attempt at this run is replaced; an item this run already read successfully keeps that
+    read and its suggestions (answers may point at them), and the new result for it is dropped. So two
+    readers of one run (two studios sharing the database resumed it at once) store each item once.
     """
+    already_read = set(
+        session.scalars(
+            select(ItemRead.item_id).where(
+                ItemRead.run_id == run_id, ItemRead.item_id.in_([r[0] for r in results]), ItemRead.status == "ok"
+            )
+        )
+    )
+    results = [r for r in results if r[0] not in already_read]
+    if not results:
+        return
     item_ids = [r[0] for r in results]
     session.execute(delete(ItemRead).where(ItemRead.run_id == run_id, ItemRead.item_id.in_(item_ids)))
     answered = answered_pairs(session, item_ids, list(question_rows.values()))

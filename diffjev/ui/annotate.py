@@ -37,6 +37,7 @@ QUEUES = {
     "Blind slice (suggestion hidden)": "blind",
     "Skipped (the items you skipped)": "skipped",
 }
+REMOVED = "This item was removed from the project (its import was undone or it was deleted); nothing was stored for it."
 NOTHING_TO_UNDO = "Nothing left to undo in this session (undo goes back to when you pressed Start, on this question)."
 
 # Keyboard shortcuts: Gradio has none built in, so a small script clicks the tab's buttons by id. Keys
@@ -210,7 +211,11 @@ def build(studio: Studio) -> None:
         card, strategy = session["card"], session["strategy"]
         who = studio.annotator(request)
         seconds = time.monotonic() - session["shown_at"]
-        annotation.answer(studio.db, card, who, value, seconds, status)
+        try:
+            annotation.answer(studio.db, card, who, value, seconds, status)
+        except annotation.ItemRemoved:
+            following = next_after(card, session, who)
+            return show(following, session, who, note=REMOVED + (" Here is the next one." if following else ""))
         following = annotation.next_card(
             studio.db,
             studio.project,
@@ -225,6 +230,11 @@ def build(studio: Studio) -> None:
         else:
             note = f"Saved {md_text(value)} for the last item."
         return show(following, session, who, note=note)
+
+    def next_after(card: annotation.Card, session: dict, who: str) -> annotation.Card | None:
+        return annotation.next_card(
+            studio.db, studio.project, card.question.id, session["strategy"], who, run=session.get("run")
+        )
 
     def accept_answer(session: dict | None, request: gr.Request) -> tuple:
         card = session["card"] if session else None

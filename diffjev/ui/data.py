@@ -345,6 +345,7 @@ def build_prelabel(studio: Studio) -> None:
         run_id: int | None = None,
     ) -> tuple[str, Any]:
         engine = engine_for(kind_name, server, model_name)
+        earlier = studio.cancels.get(studio.project)
         cancel = studio.cancels[studio.project] = threading.Event()
 
         def show(p) -> None:
@@ -362,6 +363,8 @@ def build_prelabel(studio: Studio) -> None:
                 cancel=cancel,
             )
         except (SchemaError, repo.Conflict, repo.NotFound) as exc:  # refused: no run was made
+            if studio.cancels.get(studio.project) is cancel and earlier is not None:
+                studio.cancels[studio.project] = earlier  # Cancel still reaches the run that is reading
             raise refusal(exc) from None
         finally:
             if engine is not studio.chosen.engine:  # made for this run: release its connections
