@@ -57,6 +57,14 @@ def test_preview_picks_the_project_text_field_and_the_id_and_never_offers_them_a
     assert update_of(context) == {"value": ["plan", "lang"], "choices": ["plan", "lang"]}
 
 
+def test_preview_without_the_projects_text_field_picks_the_longest_text_and_the_id_column(client, tmp_path):
+    body = "id,comment,stars\n1,Arrived broken and support never answered,1\n2,Works fine for my small shop,4\n"
+    path = write(tmp_path / "reviews.csv", body)
+    _, text, ident, context = client.predict(handle_file(path), "", api_name="/import_preview")
+    assert (text["value"], ident["value"]) == ("comment", "id")
+    assert update_of(context)["value"] == ["stars"]
+
+
 def test_an_import_asked_to_keep_the_text_column_as_context_stores_the_text_once(studio, client, tmp_path):
     _, db = studio
     path = write(tmp_path / "twice.csv", "key,text,plan\nk-twice,Text stored once,pro\n")

@@ -59,15 +59,28 @@ def preview_cell(value: Any) -> str:
 
 # Columns that name an item rather than say something about it: preselected as the id, never as context.
 ID_COLUMNS = ("id", "external_id", "uid", "uuid", "guid", "key", "item_id", "doc_id", "_id")
-TEXT_COLUMNS = ("text", "body", "content", "message")
 
 
-def guess_columns(columns: list[str], project_text: str) -> tuple[str, str | None]:
-    """The text column (the project's own where the file has it) and an id-like column, if any."""
-    lowered = {c.lower(): c for c in columns}
-    text = project_text if project_text in columns else next((lowered[n] for n in TEXT_COLUMNS if n in lowered), None)
-    text = text or columns[0]
-    ident = next((lowered[n] for n in ID_COLUMNS if n in lowered and lowered[n] != text), None)
+def id_like(column: str) -> bool:
+    return column.lower() in ID_COLUMNS
+
+
+def mean_text_length(rows: list[dict[str, Any]], column: str) -> float | None:
+    """The average length of a column's text values among the first rows; None where none is text."""
+    texts = [r[column] for r in rows if isinstance(r.get(column), str)]
+    return sum(map(len, texts)) / len(texts) if texts else None
+
+
+def guess_columns(columns: list[str], rows: list[dict[str, Any]], project_text: str) -> tuple[str, str | None]:
+    """The text column and an id-like column, if any. The text is the project's own field where the file has
+    it, else the column holding the longest text on average among those that do not name the item."""
+    if project_text in columns:
+        text = project_text
+    else:
+        lengths = {c: mean_text_length(rows, c) for c in columns if not id_like(c)}
+        texts = [c for c, length in lengths.items() if length is not None]
+        text = max(texts, key=lambda c: lengths[c]) if texts else next(iter(lengths), columns[0])
+    ident = next((c for c in columns if id_like(c) and c != text), None)
     return text, ident
 
 
@@ -160,7 +173,7 @@ def build_import(studio: Studio) -> None:
         if not usable:
             raise refusal("no column name of this file is UTF-8 text; save the file as UTF-8")
         project_text = project_text_field(studio.db, studio.project)
-        text, ident = guess_columns(usable, project_text)
+        text, ident = guess_columns(usable, found.rows, project_text)
         # The preview shows each cell as text: a file's values (an integer past 64 bits, a nested object)
         # are anything JSON allows, and the page's own encoder would refuse some of them.
         shown = [[preview_cell(r.get(c)) for c in found.columns] for r in found.rows]
