@@ -144,6 +144,7 @@ def build_import(studio: Studio) -> None:
             elem_id="import-hf",
         )
     look = gr.Button("Preview", elem_id="import-preview")
+    api_preview = gr.Button(visible=False)  # the API's preview: one that refuses with an error
     preview = gr.Dataframe(label="First rows", interactive=False, elem_id="import-table")
     note = gr.Markdown(elem_id="import-preview-note")
     # What the preview found beyond its table: the columns that may be chosen, and the note on bad rows.
@@ -163,7 +164,8 @@ def build_import(studio: Studio) -> None:
     undo_note = gr.Markdown(elem_id="import-undo-note")
     studio.on_load.append((lambda: import_choices(studio), [], [which_import]))
 
-    def show(upload: Any, dataset_name: str) -> tuple:
+    def preview_of(upload: Any, dataset_name: str) -> tuple:
+        """The preview's table, pickers and state; a file or name that cannot be previewed raises gr.Error."""
         try:
             found = peek(_source(studio, upload, dataset_name))
         except SourceError as exc:
@@ -184,6 +186,16 @@ def build_import(studio: Studio) -> None:
             context_choices(usable, text, ident, None),
             {"usable": usable, "note": preview_note(found, [n for n in names if n not in usable])},
         )
+
+    def preview_on_page(upload: Any, dataset_name: str) -> tuple:
+        """The page's preview: a file that cannot be previewed empties the table and the pickers and says why
+        in the preview's note, so nothing of the previous file stays on screen; the last report goes too."""
+        try:
+            return (*preview_of(upload, dataset_name), "")
+        except gr.Error as exc:  # its message is escaped as HTML already, which Markdown shows as text
+            nothing = {"usable": [], "note": f"⚠️ {exc.message}"}
+            cleared = gr.update(choices=[], value=None)
+            return pd.DataFrame(), cleared, cleared, gr.update(choices=[], value=[]), nothing, ""
 
     def after_preview(found: dict, text: str) -> tuple:
         return found["note"], confirm_update(text, project_text_field(studio.db, studio.project))
@@ -241,9 +253,12 @@ def build_import(studio: Studio) -> None:
         return f"Import #{int(chosen)} undone: {removed} items removed.", import_choices(studio)
 
     # The API's answers keep their shape: the note, the tick and the list of imports follow as events of their own.
-    look.click(
-        show, [upload, dataset], [preview, text_column, id_column, context, found_state], api_name="import_preview"
-    ).then(after_preview, [found_state, text_column], [note, confirm], api_visibility="private")
+    # The API's preview refuses what it cannot read, as an error; the page's says so in its note instead.
+    previewed = [preview, text_column, id_column, context, found_state]
+    api_preview.click(preview_of, [upload, dataset], previewed, api_name="import_preview")
+    look.click(preview_on_page, [upload, dataset], [*previewed, report], api_visibility="private").then(
+        after_preview, [found_state, text_column], [note, confirm], api_visibility="private"
+    )
     for chooser in (text_column, id_column):
         chooser.input(
             columns_chosen,
