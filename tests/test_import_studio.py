@@ -6,11 +6,12 @@ import html
 import gradio
 import pytest
 from gradio_client import Client, handle_file
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from diffjev.services.importing import import_items
 from diffjev.storage import repo
-from diffjev.storage.models import Event, Item
+from diffjev.storage.db import Database
+from diffjev.storage.models import Event, Import, Item
 from studio_fixtures import serve_studio, studio_db
 
 
@@ -120,6 +121,26 @@ def test_an_import_is_undone_only_while_none_of_its_items_is_answered(studio, cl
     with db.read() as session:
         kinds = list(session.scalars(select(Event.kind).where(Event.kind == "items.import_undone")))
     assert kinds == ["items.import_undone"]
+
+
+def test_an_import_that_stored_no_item_is_left_out_of_the_undo_list(studio, client, tmp_path):
+    _, db = studio
+    path = write(tmp_path / "again.csv", "key,text\nk-again,Imported twice\n")
+    first = import_id_of(import_via(client, path, "text", "key", []))
+    assert "Imported 0" in import_via(client, path, "text", "key", [])  # the same file again: nothing new
+    with db.read() as session:
+        second = str(session.scalar(select(func.max(Import.id))))
+    _, listed = client.predict("", api_name="/import_undo")
+    assert first in update_of(listed)["choices"] and second not in update_of(listed)["choices"]
+
+
+def test_the_demo_import_is_named_by_its_tickets(tmp_path):
+    from diffjev.services.importing import recent_imports
+    from diffjev.ui.studio import DEMO_PROJECT, ensure_project
+
+    db = Database(tmp_path / "demo.db")
+    ensure_project(db)
+    assert [i.source for i in recent_imports(db, DEMO_PROJECT)] == ["the demo's 60 tickets"]
 
 
 def test_the_items_view_searches_filters_opens_and_deletes_with_confirmation(studio, client, tmp_path):
