@@ -119,6 +119,10 @@ def test_a_run_in_progress_keeps_the_queue_shows_its_progress_and_runs_are_liste
         page.reload()
         page.get_by_role("tab", name="Pre-label").click()
         choose(page, "#prelabel-run", next(o for o in run_options(db) if o.startswith("Run 2 ")))
+        page.locator("#prelabel-delete").click()  # not ticked: nothing is deleted
+        page.wait_for_function(f"{text_of('#prelabel-report')}.includes('Nothing deleted')")
+        assert "slow" in page.inner_text("#prelabel-runs")
+        page.get_by_label("Yes, delete run 2 and its suggestions; answers stay").check()
         page.locator("#prelabel-delete").click()
         page.wait_for_function(f"{text_of('#prelabel-report')}.includes('Deleted run 2')")
         page.wait_for_function(f"!{text_of('#prelabel-runs')}.includes('slow')")

@@ -7,7 +7,7 @@ import pytest
 from gradio_client import Client, handle_file
 from sqlalchemy import select
 
-from diffjev.storage.models import Response
+from diffjev.storage.models import Response, Run
 from studio_fixtures import serve_studio, studio_db
 
 USERS = [("alice", "a-secret"), ("bob", "b-secret")]
@@ -140,3 +140,17 @@ def test_any_answer_for_questions_with_more_than_nine_options(tmp_path, dgemma_e
         c.predict("topic11", api_name="/answer")
     with db.read() as session:
         assert session.scalar(select(Response.value)) == "topic11"
+
+
+def test_a_run_is_deleted_only_with_its_tick(tmp_path, dgemma_engine):
+    db = studio_db(tmp_path / "delete-run.db", ["The site is down", "Refund my invoice"], dgemma_engine)
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        owner = Client(server.url, verbose=False)
+        refused = owner.predict("1", False, api_name="/run_delete")[0]
+        assert "tick" in refused and "Yes, delete run 1 and its suggestions; answers stay" in refused
+        with db.read() as session:
+            assert session.scalars(select(Run.id)).all() == [1]
+        assert "Deleted run 1" in owner.predict("1", True, api_name="/run_delete")[0]
+    with db.read() as session:
+        assert session.scalars(select(Run.id)).all() == []

@@ -306,6 +306,11 @@ def pick_of(studio: Studio, tab: str, request: gr.Request | None) -> int | None:
     return studio.picked_runs.get((getattr(request, "session_hash", None) or "", tab))
 
 
+def delete_tick_label(run_id: int | None) -> str:
+    run = f"run {run_id}" if run_id is not None else "the chosen run"
+    return f"Yes, delete {run} and its suggestions; answers stay"
+
+
 def runs_frame(studio: Studio) -> pd.DataFrame:
     return pd.DataFrame(runs.run_table(studio.db, studio.project), columns=runs.RUN_COLUMNS)
 
@@ -345,6 +350,8 @@ def build_prelabel(studio: Studio) -> None:
         chosen_run = gr.Dropdown([], label="Run", allow_custom_value=True, elem_id="prelabel-run")
         delete = gr.Button("Delete run", variant="stop", elem_id="prelabel-delete")
         resume = gr.Button("Resume run", elem_id="prelabel-resume")
+    # A deleted run's suggestions are gone for good: the deletion waits for this tick, as the Items tab's does.
+    delete_sure = gr.Checkbox(False, label=delete_tick_label(None), elem_id="prelabel-delete-confirm")
     # The list refreshes while the tab is open, so a run going in the background shows its count.
     ticker = gr.Timer(3.0)
 
@@ -421,15 +428,17 @@ def build_prelabel(studio: Studio) -> None:
             raise gr.Error("Choose a run to resume.")
         return run(kind_name, server, model_name, which_items, request, progress, run_id=run_id)
 
-    def delete_run(value: Any, request: gr.Request) -> tuple[str, Any]:
+    def delete_run(value: Any, sure: bool, request: gr.Request) -> tuple[str, Any, Any]:
         run_id = picked_run(value)
         if run_id is None:
             raise gr.Error("Choose a run to delete.")
+        if not sure:
+            return f"⚠️ Nothing deleted: tick “{delete_tick_label(run_id)}” first.", gr.update(), gr.update()
         try:
             text = runs.delete_run(studio.db, studio.project, run_id, studio.annotator(request))
         except (repo.Conflict, repo.NotFound) as exc:
             raise refusal(exc) from None
-        return text, runs_frame(studio)
+        return text, runs_frame(studio), False
 
     def listed() -> tuple[Any, Any]:
         choices = [c for c in run_choices(studio) if c[1] != LATEST]
@@ -444,8 +453,15 @@ def build_prelabel(studio: Studio) -> None:
     resume.click(
         resume_run, [kind, url, model, which, chosen_run], [report, failures], api_name="prelabel_resume"
     ).then(listed, [], [run_list, chosen_run], api_visibility="private")
-    delete.click(delete_run, [chosen_run], [report, run_list], api_name="run_delete").then(
+    delete.click(delete_run, [chosen_run, delete_sure], [report, run_list, delete_sure], api_name="run_delete").then(
         listed, [], [run_list, chosen_run], api_visibility="private"
+    )
+    chosen_run.change(
+        lambda value: gr.update(value=False, label=delete_tick_label(picked_run(value))),
+        [chosen_run],
+        [delete_sure],
+        api_visibility="private",
+        show_progress="hidden",
     )
 
 
