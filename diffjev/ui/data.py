@@ -306,6 +306,9 @@ def pick_of(studio: Studio, tab: str, request: gr.Request | None) -> int | None:
     return studio.picked_runs.get((getattr(request, "session_hash", None) or "", tab))
 
 
+RESUMABLE = ("interrupted", "cancelled", "failed")  # runs that stopped part way, which Resume continues
+
+
 def delete_tick_label(run_id: int | None) -> str:
     run = f"run {run_id}" if run_id is not None else "the chosen run"
     return f"Yes, delete {run} and its suggestions; answers stay"
@@ -441,10 +444,16 @@ def build_prelabel(studio: Studio) -> None:
         return text, runs_frame(studio), False
 
     def listed() -> tuple[Any, Any]:
-        choices = [c for c in run_choices(studio) if c[1] != LATEST]
-        return runs_frame(studio), gr.update(choices=choices)
+        return runs_frame(studio), gr.update(choices=[c for c in run_choices(studio) if c[1] != LATEST])
 
-    studio.on_load.append((listed, [], [run_list, chosen_run]))
+    def listed_on_load() -> tuple[Any, Any]:
+        """The runs, with the newest that stopped part way chosen: the one a fresh page would resume."""
+        table = runs_frame(studio)
+        stopped = table[table["status"].isin(RESUMABLE)]["run"]  # newest first
+        choices = [c for c in run_choices(studio) if c[1] != LATEST]
+        return table, gr.update(choices=choices, value=str(stopped.iloc[0]) if len(stopped) else None)
+
+    studio.on_load.append((listed_on_load, [], [run_list, chosen_run]))
     ticker.tick(lambda: runs_frame(studio), [], [run_list], api_visibility="private", show_progress="hidden")
     start.click(run, [kind, url, model, which], [report, failures], api_name="prelabel").then(
         listed, [], [run_list, chosen_run], api_visibility="private"
