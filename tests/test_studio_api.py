@@ -154,3 +154,19 @@ def test_a_run_is_deleted_only_with_its_tick(tmp_path, dgemma_engine):
         assert "Deleted run 1" in owner.predict("1", True, api_name="/run_delete")[0]
     with db.read() as session:
         assert session.scalars(select(Run.id)).all() == []
+
+
+def test_undoing_a_skip_says_the_skip_is_taken_back_and_undoing_an_answer_says_the_answer_is_back(
+    tmp_path, dgemma_engine
+):
+    db = studio_db(tmp_path / "undo-skip.db", ["The site is down", "Refund my invoice"], dgemma_engine)
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        annotator = Client(server.url, verbose=False)
+        annotator.predict("team", "Unlabeled, in order", api_name="/annotate_start")
+        annotator.predict(api_name="/skip")
+        after_skip = str(annotator.predict(api_name="/undo"))
+        annotator.predict(api_name="/accept")
+        after_answer = str(annotator.predict(api_name="/undo"))
+    assert "Undone: the skip is taken back; the item is here again." in after_skip
+    assert "Undone: the last answer is back for another look." in after_answer
