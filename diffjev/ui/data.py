@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import shutil
 import threading
 import time
@@ -192,8 +193,8 @@ def build_import(studio: Studio) -> None:
         in the preview's note, so nothing of the previous file stays on screen; the last report goes too."""
         try:
             return (*preview_of(upload, dataset_name), "")
-        except gr.Error as exc:  # its message is escaped as HTML already, which Markdown shows as text
-            nothing = {"usable": [], "note": f"⚠️ {exc.message}"}
+        except gr.Error as exc:  # escaped for a toast: unescaped, then escaped for the Markdown note
+            nothing = {"usable": [], "note": f"⚠️ {md_text(html.unescape(exc.message))}"}
             cleared = gr.update(choices=[], value=None)
             return pd.DataFrame(), cleared, cleared, gr.update(choices=[], value=[]), nothing, ""
 
