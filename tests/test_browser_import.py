@@ -95,3 +95,32 @@ def test_preview_picks_columns_names_bad_rows_asks_before_another_text_column_an
         page.locator("#items-show").click()
         wait_for_text(page, "#items-summary", "No items match.")
         page.close()
+
+
+def test_a_preview_of_a_binary_file_clears_the_last_preview_and_says_why_in_the_note(browser, tmp_path, dgemma_engine):
+    db = studio_db(tmp_path / "browser-binary.db", ["Already here"])
+    server, _ = serve_studio(db, dgemma_engine)
+    good, binary = tmp_path / "tickets.csv", tmp_path / "binary.csv"
+    good.write_bytes(b"uuid,text\nu1,The site is down\nu2,Caf\xe9 bytes\n")  # line 3: a note on bad rows
+    binary.write_bytes(bytes(range(256)) * 40)
+    with server:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(server.url)
+        page.get_by_role("tab", name="Import").click()
+        page.locator("#import-file input[type=file]").set_input_files(str(good))
+        page.locator("#import-preview").click()
+        wait_for_text(page, "#import-preview-note", "line 3: bytes that are not UTF-8")
+        page.locator("#import-go").click()
+        wait_for_text(page, "#import-report", "Imported 1")
+
+        page.locator("#import-file button[aria-label='Clear']").first.click()
+        page.locator("#import-file input[type=file]").set_input_files(str(binary))
+        page.locator("#import-preview").click()
+        wait_for_text(page, "#import-preview-note", "binary.csv is not a text file")
+        assert "line 3" not in page.inner_text("#import-preview-note")
+        assert "Imported" not in page.inner_text("#import-report")
+        assert "The site is down" not in page.inner_text("#import-table")
+        assert [page.locator(f"{p} input").input_value() for p in ("#import-text", "#import-id")] == ["", ""]
+        assert context_offered(page) == []
+        assert page.get_by_text("Error", exact=True).count() == 0  # no red badge on the table or the pickers
+        page.close()

@@ -73,3 +73,25 @@ def test_review_tab_explains_empty_tables_takes_card_ids_and_wants_enough_items(
         page.locator("#compare-go").click()
         shows(page, "#comparison", "diffusion")
         page.screenshot(path=str(tmp_path / "review.png"), full_page=True)
+
+
+def test_calibrate_on_a_fresh_page_uses_the_first_question_and_the_newest_run_with_reads(
+    browser, tmp_path, dgemma_engine
+):
+    from diffjev.storage import repo
+
+    db, run = graded(tmp_path / "fresh.db", TWO_LUCKY)
+    with db.session() as session:  # a newer run that has read nothing yet
+        project = repo.get_project(session, "p")
+        repo.create_run(session, project.id, repo.latest_version(session, project.id), "diffusion", "m", None, {}, "o")
+    server, _ = serve_studio(db, dgemma_engine, name="p")
+    with server:
+        page = browser.new_page(viewport={"width": 1280, "height": 1800})
+        page.goto(server.url)
+        page.get_by_role("tab", name="Review").click()
+        page.wait_for_function("document.querySelector('#cal-question input').value === 'team'")
+        assert page.locator("#cal-run input").input_value() == str(run)
+        page.locator("#cal-go").click()
+        shows(page, "#cal-note", "No threshold is sure to reach 95% yet")
+        assert page.get_by_text("Error", exact=True).count() == 0
+        page.close()

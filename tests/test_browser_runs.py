@@ -119,6 +119,10 @@ def test_a_run_in_progress_keeps_the_queue_shows_its_progress_and_runs_are_liste
         page.reload()
         page.get_by_role("tab", name="Pre-label").click()
         choose(page, "#prelabel-run", next(o for o in run_options(db) if o.startswith("Run 2 ")))
+        page.locator("#prelabel-delete").click()  # not ticked: nothing is deleted
+        page.wait_for_function(f"{text_of('#prelabel-report')}.includes('Nothing deleted')")
+        assert "slow" in page.inner_text("#prelabel-runs")
+        page.get_by_label("Yes, delete run 2 and its suggestions; answers stay").check()
         page.locator("#prelabel-delete").click()
         page.wait_for_function(f"{text_of('#prelabel-report')}.includes('Deleted run 2')")
         page.wait_for_function(f"!{text_of('#prelabel-runs')}.includes('slow')")
@@ -129,3 +133,21 @@ def test_a_run_in_progress_keeps_the_queue_shows_its_progress_and_runs_are_liste
 def run_options(db):
     with db.read() as session:
         return [f"Run {r.id} · {r.engine} {r.model_name} · {r.status}" for r in session.scalars(select(Run))]
+
+
+def test_a_fresh_page_preselects_the_newest_resumable_run(browser, tmp_path, dgemma_engine):
+    db = studio_db(tmp_path / "resumable.db", TEXTS, dgemma_engine)
+    prelabel(db, "tickets", dgemma_engine)
+    prelabel(db, "tickets", dgemma_engine)
+    with db.session() as session:  # run 2 stopped part way; run 3, the newest, completed
+        session.get(Run, 2).status = "interrupted"
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(server.url)
+        page.get_by_role("tab", name="Pre-label").click()
+        page.wait_for_function("document.querySelector('#prelabel-run input').value.startsWith('Run 2 ')")
+        page.locator("#prelabel-resume").click()
+        page.wait_for_function(f"/Run 2 \\*?\\*?completed/.test({text_of('#prelabel-report')})", timeout=60_000)
+        assert "Choose a run" not in page.inner_text("body")
+        page.close()

@@ -6,11 +6,12 @@ import html
 import gradio
 import pytest
 from gradio_client import Client, handle_file
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from diffjev.services.importing import import_items
 from diffjev.storage import repo
-from diffjev.storage.models import Event, Item, Response
+from diffjev.storage.db import Database
+from diffjev.storage.models import Event, Import, Item, Response
 from studio_fixtures import serve_studio, studio_db
 
 
@@ -55,6 +56,14 @@ def test_preview_picks_the_project_text_field_and_the_id_and_never_offers_them_a
     assert update_of(text) == {"value": "text", "choices": ["uuid", "plan", "text", "lang"]}
     assert update_of(ident)["value"] == "uuid"
     assert update_of(context) == {"value": ["plan", "lang"], "choices": ["plan", "lang"]}
+
+
+def test_preview_without_the_projects_text_field_picks_the_longest_text_and_the_id_column(client, tmp_path):
+    body = "id,comment,stars\n1,Arrived broken and support never answered,1\n2,Works fine for my small shop,4\n"
+    path = write(tmp_path / "reviews.csv", body)
+    _, text, ident, context = client.predict(handle_file(path), "", api_name="/import_preview")
+    assert (text["value"], ident["value"]) == ("comment", "id")
+    assert update_of(context)["value"] == ["stars"]
 
 
 def test_an_import_asked_to_keep_the_text_column_as_context_stores_the_text_once(studio, client, tmp_path):
@@ -112,6 +121,26 @@ def test_an_import_is_undone_only_while_none_of_its_items_is_answered(studio, cl
     with db.read() as session:
         kinds = list(session.scalars(select(Event.kind).where(Event.kind == "items.import_undone")))
     assert kinds == ["items.import_undone"]
+
+
+def test_an_import_that_stored_no_item_is_left_out_of_the_undo_list(studio, client, tmp_path):
+    _, db = studio
+    path = write(tmp_path / "again.csv", "key,text\nk-again,Imported twice\n")
+    first = import_id_of(import_via(client, path, "text", "key", []))
+    assert "Imported 0" in import_via(client, path, "text", "key", [])  # the same file again: nothing new
+    with db.read() as session:
+        second = str(session.scalar(select(func.max(Import.id))))
+    _, listed = client.predict("", api_name="/import_undo")
+    assert first in update_of(listed)["choices"] and second not in update_of(listed)["choices"]
+
+
+def test_the_demo_import_is_named_by_its_tickets(tmp_path):
+    from diffjev.services.importing import recent_imports
+    from diffjev.ui.studio import DEMO_PROJECT, ensure_project
+
+    db = Database(tmp_path / "demo.db")
+    ensure_project(db)
+    assert [i.source for i in recent_imports(db, DEMO_PROJECT)] == ["the demo's 60 tickets"]
 
 
 def test_the_items_view_searches_filters_opens_and_deletes_with_confirmation(studio, client, tmp_path):

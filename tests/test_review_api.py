@@ -224,3 +224,11 @@ def test_review_compares_each_items_latest_read_while_a_newer_run_reads_or_a_pic
     assert said.startswith(f"The model (run {new}) and the humans agree on every answered item that run read"), said
     with pytest.raises(repo.NotFound):
         review.disagreements(db, "p", run=new + 10)
+
+
+def test_calibrate_without_a_question_answers_with_a_note(tmp_path, dgemma_engine):
+    db, run = graded(tmp_path / "no-question.db", TWO_LUCKY)
+    server, _ = serve_studio(db, dgemma_engine, name="p")
+    with server:
+        note = Client(server.url, verbose=False).predict("", run, 0.95, api_name="/calibrate")[-1]
+    assert "Choose a question" in note

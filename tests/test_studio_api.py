@@ -179,7 +179,7 @@ def test_a_run_still_reading_is_neither_resumed_twice_nor_deleted(tmp_path, dgem
             resumed.result(timeout=30)
         assert 1 in live_runs  # bob's refused resume left alice's run registered
         with pytest.raises(Exception, match="run 1 is still reading; cancel it first"):
-            bob.predict("1", api_name="/run_delete")
+            bob.predict("1", True, api_name="/run_delete")  # ticked: refused all the same
         assert "Cancelling" in alice.predict(api_name="/prelabel_cancel")  # still reaches alice's run
         summary, _ = started.result(timeout=60)
         assert "Run 1 **cancelled**" in summary
@@ -190,3 +190,33 @@ def test_a_run_still_reading_is_neither_resumed_twice_nor_deleted(tmp_path, dgem
         assert session.scalars(select(Run.status)).all() == ["completed"]
         reads = session.scalars(select(ItemRead.item_id).where(ItemRead.run_id == 1)).all()
     assert sorted(reads) == [1, 2, 3, 4]
+
+
+def test_a_run_is_deleted_only_with_its_tick(tmp_path, dgemma_engine):
+    db = studio_db(tmp_path / "delete-run.db", ["The site is down", "Refund my invoice"], dgemma_engine)
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        owner = Client(server.url, verbose=False)
+        refused = owner.predict("1", False, api_name="/run_delete")[0]
+        assert "tick" in refused and "Yes, delete run 1 and its suggestions; answers stay" in refused
+        with db.read() as session:
+            assert session.scalars(select(Run.id)).all() == [1]
+        assert "Deleted run 1" in owner.predict("1", True, api_name="/run_delete")[0]
+    with db.read() as session:
+        assert session.scalars(select(Run.id)).all() == []
+
+
+def test_undoing_a_skip_says_the_skip_is_taken_back_and_undoing_an_answer_says_the_answer_is_back(
+    tmp_path, dgemma_engine
+):
+    db = studio_db(tmp_path / "undo-skip.db", ["The site is down", "Refund my invoice"], dgemma_engine)
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        annotator = Client(server.url, verbose=False)
+        annotator.predict("team", "Unlabeled, in order", api_name="/annotate_start")
+        annotator.predict(api_name="/skip")
+        after_skip = str(annotator.predict(api_name="/undo"))
+        annotator.predict(api_name="/accept")
+        after_answer = str(annotator.predict(api_name="/undo"))
+    assert "Undone: the skip is taken back; the item is here again." in after_skip
+    assert "Undone: the last answer is back for another look." in after_answer

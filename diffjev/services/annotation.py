@@ -392,6 +392,18 @@ def undo_last(
     return db.write(work)
 
 
+def last_undo_was_a_skip(db: Database, project_id: int, annotator: str) -> bool:
+    """Whether the annotator's latest undo took back a skip (not an answer): the page says which it was."""
+
+    undos = select(Event).where(
+        Event.project_id == project_id, Event.actor == annotator, Event.kind == "response.undone"
+    )
+    with db.read() as session:
+        undo = session.scalar(undos.order_by(Event.id.desc()).limit(1))
+        undone = session.get(Event, undo.payload.get("undoes")) if undo is not None else None
+        return undone is not None and undone.kind == "response.skipped"
+
+
 TWO_RUN_QUEUES = {
     "run_disagreement": "compares the answers of the two latest pre-label runs",
     "changed": "brings back answered items whose suggestion changed in a newer pre-label run",

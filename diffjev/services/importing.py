@@ -96,11 +96,13 @@ def import_items(
     chunk_rows: int = CHUNK_ROWS,
     max_chars: int | None = None,
     progress: Callable[[ImportReport], None] | None = None,
+    label: str | None = None,
 ) -> ImportReport:
     """Import a CSV, JSONL or Parquet file, a DataFrame, or a Hugging Face dataset into a project.
 
     Re-importing adds nothing twice: rows are keyed on `id_field` when given, else on a hash of their
-    text and context fields. A text longer than `max_chars` (default: max_item_chars()) is rejected."""
+    text and context fields. A text longer than `max_chars` (default: max_item_chars()) is rejected. The import
+    is listed under `label` where given, else under the source's name."""
     if max_chars is not None and max_chars < 1:
         raise SourceError(f"max_chars={max_chars}: the longest item text must be at least one character")
     limits = Limits(max_text_chars=max_chars or max_item_chars(), max_id_chars=repo.EXTERNAL_ID_CHARS)
@@ -111,10 +113,10 @@ def import_items(
     rows = read_rows(source, text_field, id_field, context_fields, split, limits)
     report = ImportReport()
 
+    listed_as = label or source_name(source)
+
     def record_import() -> int:
-        return db.write(
-            lambda session: item_store.create_import(session, project_id, source_name(source), text_field, actor)
-        )
+        return db.write(lambda session: item_store.create_import(session, project_id, listed_as, text_field, actor))
 
     try:
         _import_chunks(db, project_id, rows, chunk_rows, report, progress, record_import)

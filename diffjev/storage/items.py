@@ -36,13 +36,14 @@ class ImportSummary:
 
 
 def recent_imports(session: Session, project_id: int, limit: int = 20) -> list[ImportSummary]:
-    """The project's latest imports not undone, newest first, with how many items each created."""
+    """The project's latest imports not undone that created items, newest first, with how many each created.
+    An import that stored nothing new (the same file again) has nothing to undo."""
     created = (
         select(func.count()).select_from(Item).where(Item.import_id == Import.id).correlate(Import).scalar_subquery()
     )
     rows = session.execute(
         select(Import, created)
-        .where(Import.project_id == project_id, Import.undone_at.is_(None))
+        .where(Import.project_id == project_id, Import.undone_at.is_(None), created > 0)
         .order_by(Import.id.desc())
         .limit(limit)
     )

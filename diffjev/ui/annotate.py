@@ -38,6 +38,8 @@ QUEUES = {
     "Skipped (the items you skipped)": "skipped",
 }
 REMOVED = "This item was removed from the project (its import was undone or it was deleted); nothing was stored for it."
+UNDONE_ANSWER = "Undone: the last answer is back for another look."
+UNDONE_SKIP = "Undone: the skip is taken back; the item is here again."
 NOTHING_TO_UNDO = "Nothing left to undo in this session (undo goes back to when you pressed Start, on this question)."
 
 # Keyboard shortcuts: Gradio has none built in, so a small script clicks the tab's buttons by id. Keys
@@ -270,7 +272,8 @@ def build(studio: Studio) -> None:
             who,
             blind=session["strategy"] == "blind",
         )
-        return show(card, session, who, note="Undone: the last answer is back for another look.")
+        skipped = annotation.last_undo_was_a_skip(studio.db, project_id, who)
+        return show(card, session, who, note=UNDONE_SKIP if skipped else UNDONE_ANSWER)
 
     def picker(k: int):
         def pick(session: dict | None, request: gr.Request) -> tuple:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import shutil
 import threading
 import time
@@ -59,15 +60,28 @@ def preview_cell(value: Any) -> str:
 
 # Columns that name an item rather than say something about it: preselected as the id, never as context.
 ID_COLUMNS = ("id", "external_id", "uid", "uuid", "guid", "key", "item_id", "doc_id", "_id")
-TEXT_COLUMNS = ("text", "body", "content", "message")
 
 
-def guess_columns(columns: list[str], project_text: str) -> tuple[str, str | None]:
-    """The text column (the project's own where the file has it) and an id-like column, if any."""
-    lowered = {c.lower(): c for c in columns}
-    text = project_text if project_text in columns else next((lowered[n] for n in TEXT_COLUMNS if n in lowered), None)
-    text = text or columns[0]
-    ident = next((lowered[n] for n in ID_COLUMNS if n in lowered and lowered[n] != text), None)
+def id_like(column: str) -> bool:
+    return column.lower() in ID_COLUMNS
+
+
+def mean_text_length(rows: list[dict[str, Any]], column: str) -> float | None:
+    """The average length of a column's text values among the first rows; None where none is text."""
+    texts = [r[column] for r in rows if isinstance(r.get(column), str)]
+    return sum(map(len, texts)) / len(texts) if texts else None
+
+
+def guess_columns(columns: list[str], rows: list[dict[str, Any]], project_text: str) -> tuple[str, str | None]:
+    """The text column and an id-like column, if any. The text is the project's own field where the file has
+    it, else the column holding the longest text on average among those that do not name the item."""
+    if project_text in columns:
+        text = project_text
+    else:
+        lengths = {c: mean_text_length(rows, c) for c in columns if not id_like(c)}
+        texts = [c for c, length in lengths.items() if length is not None]
+        text = max(texts, key=lambda c: lengths[c]) if texts else next(iter(lengths), columns[0])
+    ident = next((c for c in columns if id_like(c) and c != text), None)
     return text, ident
 
 
@@ -131,6 +145,7 @@ def build_import(studio: Studio) -> None:
             elem_id="import-hf",
         )
     look = gr.Button("Preview", elem_id="import-preview")
+    api_preview = gr.Button(visible=False)  # the API's preview: one that refuses with an error
     preview = gr.Dataframe(label="First rows", interactive=False, elem_id="import-table")
     note = gr.Markdown(elem_id="import-preview-note")
     # What the preview found beyond its table: the columns that may be chosen, and the note on bad rows.
@@ -150,7 +165,8 @@ def build_import(studio: Studio) -> None:
     undo_note = gr.Markdown(elem_id="import-undo-note")
     studio.on_load.append((lambda: import_choices(studio), [], [which_import]))
 
-    def show(upload: Any, dataset_name: str) -> tuple:
+    def preview_of(upload: Any, dataset_name: str) -> tuple:
+        """The preview's table, pickers and state; a file or name that cannot be previewed raises gr.Error."""
         try:
             found = peek(_source(studio, upload, dataset_name))
         except SourceError as exc:
@@ -160,7 +176,7 @@ def build_import(studio: Studio) -> None:
         if not usable:
             raise refusal("no column name of this file is UTF-8 text; save the file as UTF-8")
         project_text = project_text_field(studio.db, studio.project)
-        text, ident = guess_columns(usable, project_text)
+        text, ident = guess_columns(usable, found.rows, project_text)
         # The preview shows each cell as text: a file's values (an integer past 64 bits, a nested object)
         # are anything JSON allows, and the page's own encoder would refuse some of them.
         shown = [[preview_cell(r.get(c)) for c in found.columns] for r in found.rows]
@@ -171,6 +187,16 @@ def build_import(studio: Studio) -> None:
             context_choices(usable, text, ident, None),
             {"usable": usable, "note": preview_note(found, [n for n in names if n not in usable])},
         )
+
+    def preview_on_page(upload: Any, dataset_name: str) -> tuple:
+        """The page's preview: a file that cannot be previewed empties the table and the pickers and says why
+        in the preview's note, so nothing of the previous file stays on screen; the last report goes too."""
+        try:
+            return (*preview_of(upload, dataset_name), "")
+        except gr.Error as exc:  # escaped for a toast: unescaped, then escaped for the Markdown note
+            nothing = {"usable": [], "note": f"⚠️ {md_text(html.unescape(exc.message))}"}
+            cleared = gr.update(choices=[], value=None)
+            return pd.DataFrame(), cleared, cleared, gr.update(choices=[], value=[]), nothing, ""
 
     def after_preview(found: dict, text: str) -> tuple:
         return found["note"], confirm_update(text, project_text_field(studio.db, studio.project))
@@ -228,9 +254,12 @@ def build_import(studio: Studio) -> None:
         return f"Import #{int(chosen)} undone: {removed} items removed.", import_choices(studio)
 
     # The API's answers keep their shape: the note, the tick and the list of imports follow as events of their own.
-    look.click(
-        show, [upload, dataset], [preview, text_column, id_column, context, found_state], api_name="import_preview"
-    ).then(after_preview, [found_state, text_column], [note, confirm], api_visibility="private")
+    # The API's preview refuses what it cannot read, as an error; the page's says so in its note instead.
+    previewed = [preview, text_column, id_column, context, found_state]
+    api_preview.click(preview_of, [upload, dataset], previewed, api_name="import_preview")
+    look.click(preview_on_page, [upload, dataset], [*previewed, report], api_visibility="private").then(
+        after_preview, [found_state, text_column], [note, confirm], api_visibility="private"
+    )
     for chooser in (text_column, id_column):
         chooser.input(
             columns_chosen,
@@ -278,6 +307,14 @@ def pick_of(studio: Studio, tab: str, request: gr.Request | None) -> int | None:
     return studio.picked_runs.get((getattr(request, "session_hash", None) or "", tab))
 
 
+RESUMABLE = ("interrupted", "cancelled", "failed")  # runs that stopped part way, which Resume continues
+
+
+def delete_tick_label(run_id: int | None) -> str:
+    run = f"run {run_id}" if run_id is not None else "the chosen run"
+    return f"Yes, delete {run} and its suggestions; answers stay"
+
+
 def runs_frame(studio: Studio) -> pd.DataFrame:
     return pd.DataFrame(runs.run_table(studio.db, studio.project), columns=runs.RUN_COLUMNS)
 
@@ -317,6 +354,8 @@ def build_prelabel(studio: Studio) -> None:
         chosen_run = gr.Dropdown([], label="Run", allow_custom_value=True, elem_id="prelabel-run")
         delete = gr.Button("Delete run", variant="stop", elem_id="prelabel-delete")
         resume = gr.Button("Resume run", elem_id="prelabel-resume")
+    # A deleted run's suggestions are gone for good: the deletion waits for this tick, as the Items tab's does.
+    delete_sure = gr.Checkbox(False, label=delete_tick_label(None), elem_id="prelabel-delete-confirm")
     # The list refreshes while the tab is open, so a run going in the background shows its count.
     ticker = gr.Timer(3.0)
 
@@ -396,21 +435,29 @@ def build_prelabel(studio: Studio) -> None:
             raise gr.Error("Choose a run to resume.")
         return run(kind_name, server, model_name, which_items, request, progress, run_id=run_id)
 
-    def delete_run(value: Any, request: gr.Request) -> tuple[str, Any]:
+    def delete_run(value: Any, sure: bool, request: gr.Request) -> tuple[str, Any, Any]:
         run_id = picked_run(value)
         if run_id is None:
             raise gr.Error("Choose a run to delete.")
+        if not sure:
+            return f"⚠️ Nothing deleted: tick “{delete_tick_label(run_id)}” first.", gr.update(), gr.update()
         try:
             text = runs.delete_run(studio.db, studio.project, run_id, studio.annotator(request))
         except (repo.Conflict, repo.NotFound) as exc:
             raise refusal(exc) from None
-        return text, runs_frame(studio)
+        return text, runs_frame(studio), False
 
     def listed() -> tuple[Any, Any]:
-        choices = [c for c in run_choices(studio) if c[1] != LATEST]
-        return runs_frame(studio), gr.update(choices=choices)
+        return runs_frame(studio), gr.update(choices=[c for c in run_choices(studio) if c[1] != LATEST])
 
-    studio.on_load.append((listed, [], [run_list, chosen_run]))
+    def listed_on_load() -> tuple[Any, Any]:
+        """The runs, with the newest that stopped part way chosen: the one a fresh page would resume."""
+        table = runs_frame(studio)
+        stopped = table[table["status"].isin(RESUMABLE)]["run"]  # newest first
+        choices = [c for c in run_choices(studio) if c[1] != LATEST]
+        return table, gr.update(choices=choices, value=str(stopped.iloc[0]) if len(stopped) else None)
+
+    studio.on_load.append((listed_on_load, [], [run_list, chosen_run]))
     ticker.tick(lambda: runs_frame(studio), [], [run_list], api_visibility="private", show_progress="hidden")
     start.click(run, [kind, url, model, which], [report, failures], api_name="prelabel").then(
         listed, [], [run_list, chosen_run], api_visibility="private"
@@ -419,8 +466,15 @@ def build_prelabel(studio: Studio) -> None:
     resume.click(
         resume_run, [kind, url, model, which, chosen_run], [report, failures], api_name="prelabel_resume"
     ).then(listed, [], [run_list, chosen_run], api_visibility="private")
-    delete.click(delete_run, [chosen_run], [report, run_list], api_name="run_delete").then(
+    delete.click(delete_run, [chosen_run, delete_sure], [report, run_list, delete_sure], api_name="run_delete").then(
         listed, [], [run_list, chosen_run], api_visibility="private"
+    )
+    chosen_run.change(
+        lambda value: gr.update(value=False, label=delete_tick_label(picked_run(value))),
+        [chosen_run],
+        [delete_sure],
+        api_visibility="private",
+        show_progress="hidden",
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from diffjev import calibration as cal
 from diffjev.io import write_csv
@@ -17,7 +17,7 @@ from diffjev.services import calibration, review
 from diffjev.services.exporting import csv_escape_setting
 from diffjev.services.prelabel import prelabel
 from diffjev.storage import repo
-from diffjev.storage.models import Run
+from diffjev.storage.models import ItemRead, Run
 from diffjev.ui.context import Studio, md_text, refusal
 from diffjev.ui.data import LATEST, LATEST_LABEL, keep_pick, pick_of, run_choices
 
@@ -144,15 +144,20 @@ def build(studio: Studio, opened: gr.Tab | None = None) -> None:
     comparison_csv = gr.DownloadButton("Download CSV", visible=False, elem_id="comparison-csv")
 
     def runs(picked: Any = None) -> Any:
-        """The project's runs, the picked one kept while it exists, else the newest."""
+        """The project's runs, the picked one kept while it exists, else the newest that has read items (a
+        run that read nothing has nothing to calibrate), else the newest."""
         with studio.db.read() as session:
             ids = list(session.scalars(select(Run.id).where(Run.project_id == studio.schema()[0]).order_by(Run.id)))
+            with_reads = session.scalar(
+                select(func.max(ItemRead.run_id)).where(ItemRead.run_id.in_(ids), ItemRead.status == "ok")
+            )
         kept = next((i for i in ids if str(i) == str(picked)), None)
-        return gr.update(choices=ids, value=kept if kept is not None else (ids[-1] if ids else None))
+        fallback = with_reads if with_reads is not None else (ids[-1] if ids else None)
+        return gr.update(choices=ids, value=kept if kept is not None else fallback)
 
     def calibrate(key: str, run_id: int | None, target_accuracy: float) -> tuple:
         if not key or run_id is None:
-            raise gr.Error("Choose a question and a run.")
+            return gr.update(value=None, visible=HIDDEN), None, None, None, "Choose a question and a run to calibrate."
         if target_accuracy is None or not 0 < float(target_accuracy) <= 1:
             raise gr.Error("Give the target accuracy as a share between 0 and 1, e.g. 0.95.")
         try:
@@ -275,8 +280,13 @@ def build(studio: Studio, opened: gr.Tab | None = None) -> None:
     def questions() -> Any:
         return gr.update(choices=[q.id for q in studio.schema()[1].questions])
 
+    def first_question() -> Any:
+        """The question list with its first question chosen, so Calibrate has one without a pick."""
+        ids = [q.id for q in studio.schema()[1].questions]
+        return gr.update(choices=ids, value=ids[0] if ids else None)
+
     studio.on_load.append((questions, [], [question]))
-    studio.on_load.append((questions, [], [cal_question]))
+    studio.on_load.append((first_question, [], [cal_question]))
     review_tables = [summary, disagree, disagree_why, unsure, unsure_why]
     refresh.click(tables, [], review_tables, api_name="review")
     change.click(reopen, [item, question, value], [note], api_name="review_change")

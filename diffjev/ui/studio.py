@@ -76,7 +76,9 @@ def ensure_project(db: Database, actor: str = "studio") -> tuple[str, bool]:
         repo.create_project(session, DEMO_PROJECT, Schema.from_dict(DEMO_PROJECT_SCHEMA), actor)
     import pandas as pd
 
-    import_items(db, DEMO_PROJECT, pd.DataFrame(demo_tickets()), id_field="id", actor=actor)
+    tickets = demo_tickets()
+    label = f"the demo's {len(tickets)} tickets"
+    import_items(db, DEMO_PROJECT, pd.DataFrame(tickets), id_field="id", actor=actor, label=label)
     return DEMO_PROJECT, True
 
 
