@@ -197,3 +197,20 @@ def db_url(request, tmp_path):
         conn.exec_driver_sql(f"CREATE DATABASE {name}")
     admin.dispose()
     return pg.url.rsplit("/", 1)[0] + f"/{name}"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium through Playwright, one per test module (nothing downloads a browser)."""
+    import shutil
+
+    from playwright.sync_api import sync_playwright
+
+    from studio_fixtures import BROWSER_ARGS
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True, args=BROWSER_ARGS
+        )
+        yield b
+        b.close()

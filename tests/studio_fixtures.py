@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from diffjev import Schema
@@ -38,3 +40,10 @@ def studio_db(path, texts, prelabel_with=None, name="tickets", schema=None):
 def serve_studio(db, engine, name="tickets", auth=None, **settings):
     studio = Studio(db, ChosenEngine(engine, "transformers, tiny random DiffusionGemma"), name, **settings)
     return LocalServer(create_app(studio, auth)), studio
+
+
+def choose(page, dropdown: str, option: str) -> None:
+    """Pick a dropdown option with the mouse, and wait until the dropdown shows it."""
+    page.locator(f"{dropdown} input").click()
+    page.get_by_role("option", name=option, exact=True).click()
+    page.wait_for_function(f"document.querySelector('{dropdown} input').value === {json.dumps(option)}")

@@ -3,11 +3,8 @@ question, skips that stay skipped, the reason a queue is empty, what the card sh
 no hidden gold field), clicking an answer in the distribution, and the two probabilities of "Try a read"."""
 
 import json
-import shutil
 
 import pandas as pd
-import pytest
-from playwright.sync_api import sync_playwright
 from sqlalchemy import select
 
 from diffjev import Schema
@@ -17,24 +14,7 @@ from diffjev.storage import repo
 from diffjev.storage.db import Database
 from diffjev.storage.models import Question, Response
 from conftest import TICKETS
-from studio_fixtures import BROWSER_ARGS, serve_studio
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True, args=BROWSER_ARGS
-        )
-        yield b
-        b.close()
-
-
-def choose(page, dropdown: str, option: str) -> None:
-    """Pick a dropdown option with the mouse, and wait until the dropdown shows it."""
-    page.locator(f"{dropdown} input").click()
-    page.get_by_role("option", name=option, exact=True).click()
-    page.wait_for_function(f"document.querySelector('{dropdown} input').value === {json.dumps(option)}")
+from studio_fixtures import choose, serve_studio
 
 
 def tickets_db(path, engine, n=6):

@@ -7,13 +7,12 @@ page says; the end checks the files downloaded and what the database holds."""
 import csv
 import json
 import re
-import shutil
 import subprocess
 import sys
 import threading
 
 import pytest
-from playwright.sync_api import TimeoutError as PlaywrightTimeout, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from sqlalchemy import select
 
 from diffjev.demo import demo_tickets
@@ -23,7 +22,7 @@ from diffjev.storage import repo
 from diffjev.storage.db import Database
 from diffjev.storage.models import Project, Question, Response
 from diffjev.ui.studio import DEMO_PROJECT, ensure_project
-from studio_fixtures import BROWSER_ARGS, serve_studio
+from studio_fixtures import choose, serve_studio
 
 WAIT_MS = 30_000
 OWN = "helpdesk"
@@ -69,23 +68,6 @@ BODIES = {
     "k5": "The reset link expired before I used it",
 }
 GOLD = {"k1": "technical", "k3": "billing", "k4": "account", "k5": "account"}
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True, args=BROWSER_ARGS
-        )
-        yield b
-        b.close()
-
-
-def choose(page, dropdown: str, option: str) -> None:
-    """Pick a dropdown option with the mouse, and wait until the dropdown shows it."""
-    page.locator(f"{dropdown} input").click()
-    page.get_by_role("option", name=option, exact=True).click()
-    page.wait_for_function(f"document.querySelector('{dropdown} input').value === {json.dumps(option)}")
 
 
 def shows(page, selector: str, text: str, timeout: int = WAIT_MS) -> str:

@@ -3,30 +3,10 @@ says why, an answer is changed by the id its card shows, and the calibration vie
 behind its numbers and recommends no threshold from two lucky items."""
 
 import json
-import shutil
 
-import pytest
-from playwright.sync_api import sync_playwright
 
-from studio_fixtures import BROWSER_ARGS, serve_studio
+from studio_fixtures import choose, serve_studio
 from test_review_api import TWO_LUCKY, graded
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True, args=BROWSER_ARGS
-        )
-        yield b
-        b.close()
-
-
-def choose(page, dropdown: str, option: str) -> None:
-    """Pick a dropdown option with the mouse, and wait until the dropdown shows it."""
-    page.locator(f"{dropdown} input").click()
-    page.get_by_role("option", name=option, exact=True).click()
-    page.wait_for_function(f"document.querySelector('{dropdown} input').value === {json.dumps(option)}")
 
 
 def shows(page, selector: str, text: str) -> None:

@@ -3,12 +3,9 @@ reading never empties the queue and shows its progress on the Annotate tab, and 
 and deletes runs."""
 
 import json
-import shutil
 import threading
 import time
 
-import pytest
-from playwright.sync_api import sync_playwright
 from sqlalchemy import select
 
 from diffjev.engines.base import Engine
@@ -16,27 +13,10 @@ from diffjev.services.prelabel import prelabel
 from diffjev.storage.models import Run
 from conftest import TICKETS
 from faulty_servers import closed_port_url
-from studio_fixtures import BROWSER_ARGS, serve_studio, studio_db
+from studio_fixtures import choose, serve_studio, studio_db
 
 TEMPLATED = {**TICKETS, "samples": 1, "template": "Urgent: {urgent}\nTeam: {team}\nTone: {tone}"}
 TEXTS = ["The site is down", "Refund my invoice", "Add two seats", "Reset my password"]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True, args=BROWSER_ARGS
-        )
-        yield b
-        b.close()
-
-
-def choose(page, dropdown: str, option: str) -> None:
-    """Pick a dropdown option with the mouse, and wait until the dropdown shows it."""
-    page.locator(f"{dropdown} input").click()
-    page.get_by_role("option", name=option, exact=True).click()
-    page.wait_for_function(f"document.querySelector('{dropdown} input').value === {json.dumps(option)}")
 
 
 def text_of(selector: str) -> str:

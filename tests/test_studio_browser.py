@@ -3,14 +3,11 @@ export, driven by the keyboard where annotators use it, and an item's markup sho
 
 import json
 import os
-import shutil
 
-import pytest
-from playwright.sync_api import sync_playwright
 from sqlalchemy import select
 
 from diffjev.storage.models import Response
-from studio_fixtures import BROWSER_ARGS, serve_studio, studio_db
+from studio_fixtures import choose, serve_studio, studio_db
 
 SMALL_SCHEMA = {
     "instructions": "Support tickets.",
@@ -20,23 +17,6 @@ SMALL_SCHEMA = {
     ],
     "samples": 1,
 }
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True, args=BROWSER_ARGS
-        )
-        yield b
-        b.close()
-
-
-def choose(page, dropdown: str, option: str) -> None:
-    """Pick a dropdown option with the mouse, and wait until the dropdown shows it."""
-    page.locator(f"{dropdown} input").click()
-    page.get_by_role("option", name=option, exact=True).click()
-    page.wait_for_function(f"document.querySelector('{dropdown} input').value === {json.dumps(option)}")
 
 
 def test_schema_import_prelabel_annotate_by_keyboard_undo_and_export(browser, tmp_path, dgemma_engine):
