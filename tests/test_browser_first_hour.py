@@ -325,7 +325,14 @@ def review(page) -> None:
     page.get_by_role("tab", name="Review").click()
     page.locator("#review-refresh").click()
     shows(page, "#review-summary", "team")
-    table_or_sentence(page, "#review-summary", "#review-disagreements-empty")
+    # The page loaded before anything was answered; Refresh has run once that sentence is gone.
+    until(
+        page,
+        "!(document.querySelector('#review-disagreements-empty')?.innerText || '').includes('No item has a human')"
+        " && !document.querySelector('#review-disagreements-empty .progress-text')",
+        "the review tables refreshed after the answers",
+    )
+    assert page.locator("#review-summary thead th").all_inner_texts()[:2] == ["question", "answered"]
     table_or_sentence(page, "#review-disagreements", "#review-disagreements-empty")
     table_or_sentence(page, "#review-unsure", "#review-unsure-empty")
     choose(page, "#cal-question", "team")
