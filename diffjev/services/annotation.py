@@ -243,10 +243,10 @@ def load_card(
     """The card of one item; the suggestion shown is run `run_id`'s, or (None) the item's current one."""
     with db.read() as session:
         item = repo.project_item(session, project_id, item_id)
-        hidden = set(repo.version_schema(repo.latest_version(session, project_id))[0].hidden_fields)
+        hidden = repo.hidden_fields(session, project_id)
         suggestion = None
         if not blind:
-            of_run = Suggestion.run_id == run_id if run_id is not None else Suggestion.is_current
+            of_run = repo.of_run(run_id)
             s = session.scalar(
                 select(Suggestion).where(of_run, Suggestion.item_id == item_id, Suggestion.question_id == row)
             )
@@ -425,7 +425,7 @@ def empty_queue_reason(
         latest = repo.latest_run(session, project_id)
         picked = repo.get_run(session, run, project_id) if run is not None else None
         # What the queue reads: the picked run's suggestions, or each item's current one.
-        source = Suggestion.run_id == picked.id if picked is not None else Suggestion.is_current
+        source = repo.of_run(picked.id if picked is not None else None)
         others = _answers_by_others(session, row, annotator)
         skipped = len(session.scalars(_open_skips(row, annotator)).all())
         if items == 0:

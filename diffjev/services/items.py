@@ -54,7 +54,7 @@ def open_item(db: Database, project_name: str, key: str) -> dict[str, Any]:
         item = item_store.find_item(session, project_id, key) if key else None
         if item is None:
             raise repo.NotFound(f"no item {key!r} in this project; give its id or its number in the Items table")
-        hidden = set(repo.version_schema(repo.latest_version(session, project_id))[0].hidden_fields)
+        hidden = repo.hidden_fields(session, project_id)
         fields = item.fields or {}
         return {
             "number": item.id,

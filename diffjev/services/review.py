@@ -22,7 +22,7 @@ def _pairs(db: Database, project_name: str, run: int | None = None) -> tuple[lis
     if run is not None:
         with db.read() as session:
             repo.get_run(session, run, project_id)  # another project's run is not found
-    of_run = Suggestion.run_id == run if run is not None else Suggestion.is_current
+    of_run = repo.of_run(run)
     key_of = {row: key for key, row in rows.items()}
     with db.read() as session:
         query = (

@@ -172,6 +172,13 @@ def latest_version(session: Session, project_id: int) -> SchemaVersion | None:
     )
 
 
+def hidden_fields(session: Session, project_id: int) -> set[str]:
+    """The item fields the project's latest schema keeps off the annotator's view (validated when saved,
+    so read straight from the stored JSON: this runs for every card)."""
+    version = latest_version(session, project_id)
+    return set(version.schema.get("hidden_fields", ())) if version is not None else set()
+
+
 def version_schema(version: SchemaVersion) -> tuple[Schema, dict[str, int]]:
     """The Schema of a stored version, and each question key's row id."""
     return Schema.from_dict(version.schema), {m.question.key: m.question_id for m in version.members}
@@ -559,7 +566,7 @@ def failed_reads(session: Session, run_id: int, limit: int = 100) -> list[tuple[
 # Queues -----------------------------------------------------------------------------------------------
 
 
-def _of_run(run_id: int | None, suggestion: Any = Suggestion) -> Any:
+def of_run(run_id: int | None, suggestion: Any = Suggestion) -> Any:
     """Suggestions of one run, or (None) each item's current suggestion: the latest run that read it."""
     return suggestion.run_id == run_id if run_id is not None else suggestion.is_current
 
@@ -577,7 +584,7 @@ def next_in_queue(
     is how a random pick stays an index seek."""
     if strategy not in QUEUE_ORDER:
         raise ValueError(f"unknown queue {strategy!r}; choose one of {', '.join(QUEUE_ORDER)}")
-    query = select(Suggestion.item_id).where(_of_run(run_id), Suggestion.question_id == question_id, Suggestion.is_open)
+    query = select(Suggestion.item_id).where(of_run(run_id), Suggestion.question_id == question_id, Suggestion.is_open)
     exclude = list(exclude)
     if exclude:
         query = query.where(Suggestion.item_id.not_in(exclude))
@@ -594,7 +601,7 @@ def open_candidates(
     query = (
         select(Suggestion.item_id, Item.text)
         .join(Item, Item.id == Suggestion.item_id)
-        .where(_of_run(run_id), Suggestion.question_id == question_id, Suggestion.is_open)
+        .where(of_run(run_id), Suggestion.question_id == question_id, Suggestion.is_open)
     )
     exclude = list(exclude)
     if exclude:
@@ -659,7 +666,7 @@ def next_human_disagreement(
         select(Suggestion.item_id)
         .join(Response, (Response.item_id == Suggestion.item_id) & (Response.question_id == Suggestion.question_id))
         .where(
-            _of_run(run_id),
+            of_run(run_id),
             Suggestion.question_id == question_id,
             Response.status == "submitted",
             Response.annotator != annotator,
@@ -997,7 +1004,7 @@ def export_page(
     for question_id in questions:
         s = aliased(Suggestion)
         query = query.outerjoin(
-            s, and_(s.item_id == Item.id, _of_run(run_id, s), s.question_id == question_id)
+            s, and_(s.item_id == Item.id, of_run(run_id, s), s.question_id == question_id)
         ).add_columns(s.answer, s.confidence, cast(s.distribution, Text), s.run_id)
     return list(session.connection().execute(query.order_by(Item.id).limit(limit)))
 
