@@ -121,8 +121,8 @@ def main() -> None:
         app_cpu, own_cpu = process_cpu_s(app.pid) - app_cpu, time.process_time() - own_cpu
     from sqlalchemy import func, select
 
-    from diffjev.storage.db import Database
-    from diffjev.storage.models import Response
+    from storage.db import Database
+    from storage.models import Response
 
     with Database(database).read() as session:
         stored = session.scalar(

@@ -45,8 +45,8 @@ from diffjev.models import offline_gemma_tokenizer
 from diffjev.schema import Schema
 from diffjev.services.importing import import_items
 from diffjev.services.prelabel import prelabel
-from diffjev.storage import repo
-from diffjev.storage.db import Database
+from storage import repo
+from storage.db import Database
 
 SERVED = "diffjev/tiny-diffusiongemma-random"
 TARGET_SHARE = 0.90  # of the ideal, at 32 in flight

@@ -17,9 +17,9 @@ from sqlalchemy import insert, select
 from diffjev import active
 from diffjev.schema import Schema
 from diffjev.services import calibration
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import Item, ItemRead, Response, Suggestion, utcnow
+from storage import repo
+from storage.db import Database
+from storage.models import Item, ItemRead, Response, Suggestion, utcnow
 
 SCHEMA = {
     "questions": [

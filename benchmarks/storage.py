@@ -24,9 +24,9 @@ from sqlalchemy import insert, select, update
 from diffjev.schema import Schema
 from diffjev.services.exporting import export_project
 from diffjev.services.importing import import_items
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import Item, Response, Suggestion, utcnow
+from storage import repo
+from storage.db import Database
+from storage.models import Item, Response, Suggestion, utcnow
 
 LABEL_STUDIO_ADVISED = 100_000  # tasks per project, from Label Studio's documentation
 SCHEMA = {

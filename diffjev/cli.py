@@ -76,7 +76,7 @@ def _engine(args: argparse.Namespace):
 
 
 def _db(args: argparse.Namespace):
-    from diffjev.storage.db import Database
+    from storage.db import Database
 
     return Database(args.db)
 
@@ -93,7 +93,7 @@ def cmd_read(args: argparse.Namespace) -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> None:
-    from diffjev.storage import repo
+    from storage import repo
 
     schema = _load_schema(args.schema)
     db = _db(args)
@@ -105,7 +105,7 @@ def cmd_init(args: argparse.Namespace) -> None:
 
 
 def cmd_members(args: argparse.Namespace) -> None:
-    from diffjev.storage import repo
+    from storage import repo
 
     if (args.users is None) == (not args.open):
         raise UserError("give the members as user1,user2, or --open to let every user who can log in open it")
@@ -153,7 +153,7 @@ def cmd_prelabel(args: argparse.Namespace) -> None:
     from tqdm import tqdm
 
     from diffjev.services.prelabel import prelabel
-    from diffjev.storage import repo
+    from storage import repo
 
     db = _db(args)
     run_id = None
@@ -225,7 +225,7 @@ def cmd_export(args: argparse.Namespace) -> None:
 
 
 def cmd_stats(args: argparse.Namespace) -> None:
-    from diffjev.storage import repo
+    from storage import repo
 
     with _db(args).read() as session:
         project = repo.get_project(session, args.project)
@@ -473,7 +473,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     from diffjev.io import ExportError, SourceError
-    from diffjev.storage.repo import Conflict, NotFound, StaleWrite
+    from storage.repo import Conflict, NotFound, StaleWrite
 
     args = parser().parse_args(argv)
     if getattr(args, "tiny", False) and args.backend == "vllm" and not args.model:

@@ -10,8 +10,8 @@ from diffjev import Schema
 from diffjev.engines.auto import ChosenEngine
 from diffjev.services.importing import import_items
 from diffjev.services.prelabel import prelabel
-from diffjev.storage import repo
-from diffjev.storage.db import Database
+from storage import repo
+from storage.db import Database
 from diffjev.ui.context import Studio
 from diffjev.ui.studio import create_app
 from conftest import LocalServer, TICKETS

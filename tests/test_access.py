@@ -21,9 +21,9 @@ from diffjev import Schema
 
 from diffjev.io import HubDataset, SourceError
 from diffjev.services.importing import dataset_source, import_items
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import Event, Item, Response, Run
+from storage import repo
+from storage.db import Database
+from storage.models import Event, Item, Response, Run
 from conftest import SERVED_NAME, free_port
 from studio_fixtures import serve_studio, studio_db
 

@@ -10,9 +10,9 @@ from diffjev import Schema
 from diffjev.services import annotation
 from diffjev.services.importing import import_items
 from diffjev.services.prelabel import prelabel
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import ItemRead, Response, Suggestion
+from storage import repo
+from storage.db import Database
+from storage.models import ItemRead, Response, Suggestion
 from conftest import TICKETS
 
 
@@ -111,7 +111,7 @@ def crafted(tmp_path, texts, runs):
     """A project whose runs hold crafted suggestions: runs is a list of {item index: (answer, confidence, stderr)}."""
     from sqlalchemy import insert
 
-    from diffjev.storage.models import Item, utcnow
+    from storage.models import Item, utcnow
 
     db = Database(tmp_path / "crafted.db")
     with db.session() as session:

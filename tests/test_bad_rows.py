@@ -20,9 +20,9 @@ from sqlalchemy import select
 from diffjev import Schema
 from diffjev.io import SourceError
 from diffjev.services.importing import import_items
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import Event, Item
+from storage import repo
+from storage.db import Database
+from storage.models import Event, Item
 from conftest import SERVED_NAME, TICKETS
 
 ROWS = 5_200

@@ -10,9 +10,9 @@ from sqlalchemy import select
 from diffjev import Schema
 from diffjev.services.importing import import_items
 from diffjev.services.prelabel import prelabel
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import Question, Response
+from storage import repo
+from storage.db import Database
+from storage.models import Question, Response
 from conftest import TICKETS
 from studio_fixtures import choose, serve_studio
 

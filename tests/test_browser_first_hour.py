@@ -18,9 +18,9 @@ from sqlalchemy import select
 from diffjev.demo import demo_tickets
 from diffjev.engines.base import Engine
 from diffjev.services.prelabel import prelabel
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import Project, Question, Response
+from storage import repo
+from storage.db import Database
+from storage.models import Project, Question, Response
 from diffjev.ui.studio import DEMO_PROJECT, ensure_project
 from studio_fixtures import choose, serve_studio
 

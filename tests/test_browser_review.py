@@ -58,7 +58,7 @@ def test_review_tab_explains_empty_tables_takes_card_ids_and_wants_enough_items(
 def test_calibrate_on_a_fresh_page_uses_the_first_question_and_the_newest_run_with_reads(
     browser, tmp_path, dgemma_engine
 ):
-    from diffjev.storage import repo
+    from storage import repo
 
     db, run = graded(tmp_path / "fresh.db", TWO_LUCKY)
     with db.session() as session:  # a newer run that has read nothing yet

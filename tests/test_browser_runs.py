@@ -10,7 +10,7 @@ from sqlalchemy import select
 
 from diffjev.engines.base import Engine
 from diffjev.services.prelabel import prelabel
-from diffjev.storage.models import Run
+from storage.models import Run
 from conftest import TICKETS
 from faulty_servers import closed_port_url
 from studio_fixtures import choose, serve_studio, studio_db

@@ -6,9 +6,9 @@ from sqlalchemy import insert, select
 from diffjev import Schema
 from diffjev import calibration as cal
 from diffjev.services import calibration as service
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import Item, ItemRead, Response, Suggestion, utcnow
+from storage import repo
+from storage.db import Database
+from storage.models import Item, ItemRead, Response, Suggestion, utcnow
 
 SCHEMA = {
     "questions": [

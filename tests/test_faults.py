@@ -19,7 +19,7 @@ from diffjev.engines import VLLMServerEngine
 from diffjev.io import ExportError
 from diffjev.services.exporting import export_project
 from diffjev.services.prelabel import prelabel
-from diffjev.storage.models import Response, Suggestion
+from storage.models import Response, Suggestion
 from conftest import SERVED_NAME, LocalServer
 from faulty_servers import CannedFault, Silent
 from studio_fixtures import serve_studio, studio_db
@@ -135,7 +135,7 @@ from pathlib import Path
 from sqlalchemy import event
 from diffjev.engines import TransformersEngine
 from diffjev.services.prelabel import prelabel
-from diffjev.storage.db import Database
+from storage.db import Database
 
 db = Database(sys.argv[1])
 marker = Path(sys.argv[3])
@@ -167,7 +167,7 @@ PAUSE_IN_EXPORT = """
 import sys, time
 from pathlib import Path
 from diffjev.services.exporting import export_project
-from diffjev.storage.db import Database
+from storage.db import Database
 
 marker = Path(sys.argv[3])
 
@@ -193,7 +193,7 @@ def test_sigkill_during_an_export_leaves_no_half_file(tmp_path, fmt):
     left = [p.name for p in out.iterdir()]
     assert all(name.startswith(f".labels.{fmt}.{child.pid}.") and name.endswith(".partial") for name in left)
 
-    from diffjev.storage.db import Database
+    from storage.db import Database
 
     assert export_project(Database(path), "p", target, fmt, reviewed_only=False) == 30
     assert [p.name for p in out.iterdir()] == [target.name], "the next export removes what the killed one left"
@@ -203,7 +203,7 @@ FILL_THE_DISK = """
 import json, os, sys
 from diffjev.io import ExportError
 from diffjev.services.exporting import export_project
-from diffjev.storage.db import Database
+from storage.db import Database
 
 target = os.path.join(sys.argv[2], "labels." + sys.argv[3])
 try:
@@ -267,7 +267,7 @@ def test_a_database_locked_by_another_writer_makes_the_answer_wait_not_fail(tmp_
 def test_a_database_failure_while_listing_items_fails_the_run_instead_of_completing_it(
     tmp_path, dgemma_engine, monkeypatch
 ):
-    from diffjev.storage import repo
+    from storage import repo
 
     db = project_db(tmp_path / "listing.db", 20)
     pages = []

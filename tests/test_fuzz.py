@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 
 from diffjev.services.importing import import_items
-from diffjev.storage.models import Item
+from storage.models import Item
 from diffjev.ui.annotate import item_html
 from conftest import LocalServer
 from studio_fixtures import serve_studio, studio_db
@@ -25,7 +25,7 @@ from studio_fixtures import serve_studio, studio_db
 def jev_api(dgemma_engine):
     """The studio's own Jev API (no logins, so its OpenAPI schema is served), on localhost."""
     from diffjev.engines.auto import ChosenEngine
-    from diffjev.storage.db import Database
+    from storage.db import Database
     from diffjev.ui.context import Studio
     from diffjev.ui.studio import create_app
 

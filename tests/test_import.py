@@ -9,8 +9,8 @@ import pytest
 from diffjev import Schema
 from diffjev.io import SourceError, read_rows
 from diffjev.services.importing import import_items
-from diffjev.storage import repo
-from diffjev.storage.db import Database
+from storage import repo
+from storage.db import Database
 from conftest import TICKETS
 
 

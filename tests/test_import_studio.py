@@ -9,9 +9,9 @@ from gradio_client import Client, handle_file
 from sqlalchemy import func, select
 
 from diffjev.services.importing import import_items
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import Event, Import, Item, Response
+from storage import repo
+from storage.db import Database
+from storage.models import Event, Import, Item, Response
 from studio_fixtures import serve_studio, studio_db
 
 
@@ -223,7 +223,7 @@ def test_undo_browse_and_delete_on_sqlite_and_postgresql(db_url, tmp_path):
     from diffjev import Schema
     from diffjev.services import items as item_service
     from diffjev.services.importing import UndoRefused, undo_import
-    from diffjev.storage.db import Database
+    from storage.db import Database
     from conftest import TICKETS
 
     db = Database(db_url)

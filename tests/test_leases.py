@@ -12,9 +12,9 @@ from sqlalchemy import func, select
 from diffjev import Schema
 from diffjev.services import annotation
 from diffjev.services.importing import import_items
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import Item, Lease, Response, utcnow
+from storage import repo
+from storage.db import Database
+from storage.models import Item, Lease, Response, utcnow
 from conftest import TICKETS
 
 ANNOTATORS, ITEMS = 12, 300

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from diffjev.storage.models import Event, Response
+from storage.models import Event, Response
 from studio_fixtures import serve_studio, studio_db
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from diffjev import Schema, SchemaError, Template
 from diffjev.io import Rejected, Row, SourceError, read_rows
-from diffjev.storage import repo
-from diffjev.storage.db import Database
+from storage import repo
+from storage.db import Database
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(),

@@ -12,9 +12,9 @@ from sqlalchemy import select
 
 from diffjev import Schema
 from diffjev.services.importing import import_items
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import Item, ItemRead, Response, Suggestion
+from storage import repo
+from storage.db import Database
+from storage.models import Item, ItemRead, Response, Suggestion
 from studio_fixtures import serve_studio, studio_db
 
 TEAM = {

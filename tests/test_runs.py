@@ -17,9 +17,9 @@ from diffjev.engines import VLLMServerEngine
 from diffjev.io import write_export
 from diffjev.services.importing import import_items
 from diffjev.services.prelabel import prelabel
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import Event, ItemRead, Response, Run, Suggestion
+from storage import repo
+from storage.db import Database
+from storage.models import Event, ItemRead, Response, Run, Suggestion
 from conftest import SERVED_NAME, TICKETS
 from faulty_servers import CannedFault
 
@@ -164,8 +164,8 @@ def test_cancel_stops_between_batches_and_resume_finishes(tmp_path, dgemma_engin
 
 WRITER = """
 import sys
-from diffjev.storage.db import Database
-from diffjev.storage import repo
+from storage.db import Database
+from storage import repo
 db = Database(sys.argv[1])
 item_ids, question, annotator = list(map(int, sys.argv[2].split(","))), int(sys.argv[3]), sys.argv[4]
 for item in item_ids:

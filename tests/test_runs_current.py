@@ -15,9 +15,9 @@ from diffjev.services import annotation
 from diffjev.services.exporting import export_project
 from diffjev.services.importing import import_items
 from diffjev.services.prelabel import prelabel
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import Event, Response, Run, Suggestion
+from storage import repo
+from storage.db import Database
+from storage.models import Event, Response, Run, Suggestion
 from conftest import TICKETS
 from faulty_servers import closed_port_url
 

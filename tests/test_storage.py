@@ -16,9 +16,9 @@ from diffjev import Schema
 from diffjev.services.exporting import export_project
 from diffjev.services.importing import import_items
 from diffjev.services.prelabel import prelabel
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import Base, Item, ItemRead, Response, Suggestion
+from storage import repo
+from storage.db import Database
+from storage.models import Base, Item, ItemRead, Response, Suggestion
 from conftest import TICKETS
 
 ONE_DRAW = {**TICKETS, "samples": 1}

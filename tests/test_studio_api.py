@@ -10,7 +10,7 @@ from gradio_client import Client, handle_file
 from sqlalchemy import select
 
 from diffjev.engines.base import Engine
-from diffjev.storage.models import ItemRead, Response, Run
+from storage.models import ItemRead, Response, Run
 from studio_fixtures import serve_studio, studio_db
 
 USERS = [("alice", "a-secret"), ("bob", "b-secret")]
@@ -116,8 +116,8 @@ def test_any_answer_for_questions_with_more_than_nine_options(tmp_path, dgemma_e
     from diffjev import Schema
     from diffjev.services.importing import import_items
     from diffjev.services.prelabel import prelabel
-    from diffjev.storage import repo
-    from diffjev.storage.db import Database
+    from storage import repo
+    from storage.db import Database
 
     names = [f"topic{i}" for i in range(12)]
     db = Database(tmp_path / "wide.db")

@@ -6,7 +6,7 @@ import os
 
 from sqlalchemy import select
 
-from diffjev.storage.models import Response
+from storage.models import Response
 from studio_fixtures import choose, serve_studio, studio_db
 
 SMALL_SCHEMA = {

@@ -37,9 +37,9 @@ from sqlalchemy.orm import aliased
 from diffjev import active
 from diffjev import calibration as cal
 from diffjev.schema import Question, Schema
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import Event, Item, ItemRead, Response, Run, Suggestion, utcnow
+from storage import repo
+from storage.db import Database
+from storage.models import Event, Item, ItemRead, Response, Run, Suggestion, utcnow
 
 STRATEGIES = (
     "in_order",

@@ -18,9 +18,9 @@ from sqlalchemy import Text, cast, func, select
 
 from diffjev import calibration as cal
 from diffjev.services.annotation import project_question, project_schema
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import ItemRead, Response, Run, Suggestion
+from storage import repo
+from storage.db import Database
+from storage.models import ItemRead, Response, Run, Suggestion
 
 MIN_BLIND = 20
 

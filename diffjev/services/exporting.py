@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterator
 import orjson
 
 from diffjev.io import SourceError, write_export
-from diffjev.storage import repo
-from diffjev.storage.db import Database
+from storage import repo
+from storage.db import Database
 
 PAGE = 10_000
 

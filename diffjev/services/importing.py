@@ -18,9 +18,9 @@ from typing import Any, Callable, Sequence
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
 
 from diffjev.io import HubDataset, Limits, Rejected, Row, SourceError, read_rows, source_name
-from diffjev.storage import items as item_store
-from diffjev.storage import repo
-from diffjev.storage.db import Database
+from storage import items as item_store
+from storage import repo
+from storage.db import Database
 
 CHUNK_ROWS = 5_000
 # The longest item text imported, in characters ($DIFFJEV_MAX_ITEM_CHARS, `--max-chars`). A read costs

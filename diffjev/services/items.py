@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from diffjev.storage import items as item_store
-from diffjev.storage import repo
-from diffjev.storage.db import Database
+from storage import items as item_store
+from storage import repo
+from storage.db import Database
 
 PAGE_SIZE = 50
 FILTERS = ("All", "Answered", "Unanswered")

@@ -30,9 +30,9 @@ from diffjev.engines.base import Engine, shown_url
 from diffjev.errors import SchemaError
 from diffjev.read import read, read_many
 from diffjev.schema import Schema
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import utcnow
+from storage import repo
+from storage.db import Database
+from storage.models import utcnow
 
 DEFAULT_BATCH = 64
 DEFAULT_RETRIES = 3

@@ -8,9 +8,9 @@ from typing import Any
 from sqlalchemy import func, select
 
 from diffjev.services.annotation import project_question, project_schema
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import Item, Response, Suggestion
+from storage import repo
+from storage.db import Database
+from storage.models import Item, Response, Suggestion
 
 LOW_CONFIDENCE = 0.6
 

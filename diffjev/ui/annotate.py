@@ -14,7 +14,7 @@ from markdown_it.common.utils import escapeHtml
 
 from diffjev.services import annotation
 from diffjev.services.prelabel import background_line
-from diffjev.storage import repo
+from storage import repo
 from diffjev.ui.context import Studio, md_text, refusal
 from diffjev.ui.data import LATEST, LATEST_LABEL, keep_pick, pick_of, run_choices
 

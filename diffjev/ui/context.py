@@ -19,7 +19,7 @@ from diffjev.engines.auto import ChosenEngine
 from diffjev.schema import Schema
 from diffjev.services.engine_access import configured_engine_urls, default_model_dir
 from diffjev.services.annotation import project_schema
-from diffjev.storage.db import Database
+from storage.db import Database
 from diffjev.ui.access import hub_sign_in_configured
 
 LOCAL_ANNOTATOR = "local"

@@ -30,7 +30,7 @@ from diffjev.services.importing import (
     undo_import,
 )
 from diffjev.services.prelabel import prelabel
-from diffjev.storage import repo
+from storage import repo
 from diffjev.ui.access import NotAnUpload, uploaded_file
 from diffjev.ui.context import Studio, md_text, refusal
 

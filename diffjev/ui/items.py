@@ -9,7 +9,7 @@ import orjson
 import pandas as pd
 
 from diffjev.services.items import FILTERS, PAGE_SIZE, DeleteRefused, ItemsPage, browse, delete_items, open_item
-from diffjev.storage import repo
+from storage import repo
 from diffjev.ui.context import Studio, md_text
 
 COLUMNS = ["number", "id", "text", "answers"]

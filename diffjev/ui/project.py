@@ -11,7 +11,7 @@ import gradio as gr
 from diffjev.canvas import CanvasBuilder
 from diffjev.errors import SchemaError
 from diffjev.schema import Schema
-from diffjev.storage import repo
+from storage import repo
 from diffjev.ui.context import Studio, md_text
 
 PREVIEW_STATE = "Everything is down and we have a demo at noon."

@@ -16,8 +16,8 @@ from diffjev.io import write_csv
 from diffjev.services import calibration, review
 from diffjev.services.exporting import csv_escape_setting
 from diffjev.services.prelabel import prelabel
-from diffjev.storage import repo
-from diffjev.storage.models import ItemRead, Run
+from storage import repo
+from storage.models import ItemRead, Run
 from diffjev.ui.context import Studio, md_text, refusal
 from diffjev.ui.data import LATEST, LATEST_LABEL, keep_pick, pick_of, run_choices
 

@@ -26,9 +26,9 @@ from diffjev.passwords import PasswordBook
 from diffjev.schema import Schema
 from diffjev.services.importing import import_items
 from diffjev.services.prelabel import interrupt_stale_runs, prelabel
-from diffjev.storage import repo
-from diffjev.storage.db import Database
-from diffjev.storage.models import Project
+from storage import repo
+from storage.db import Database
+from storage.models import Project
 from diffjev.ui import annotate, data, items, playground, project, review
 from diffjev.ui.access import AccessGate, hub_sign_in_configured, signed_in_hub_user
 from diffjev.ui.context import Studio, md_text

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, aliased
 
 from diffjev.decide import Decision
 from diffjev.schema import Schema, question_to_dict
-from diffjev.storage.models import (
+from storage.models import (
     Event,
     Item,
     ItemRead,

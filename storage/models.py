@@ -1,5 +1,5 @@
 """The tables, in SQLAlchemy 2.0's typed declarative style. Alembic owns their creation
-(`diffjev/storage/migrations`); a test checks that the two never drift apart.
+(`storage/migrations`); a test checks that the two never drift apart.
 
 A question row is one version of one question: saving a schema reuses the rows of questions that did
 not change and adds rows for those that did, so an answer stays attached to the exact question it

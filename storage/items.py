@@ -11,7 +11,7 @@ from typing import Any, Sequence
 from sqlalchemy import delete, exists, func, insert, select, update
 from sqlalchemy.orm import Session
 
-from diffjev.storage.models import Import, Item, Question, Response, Run, Suggestion, utcnow
+from storage.models import Import, Item, Question, Response, Run, Suggestion, utcnow
 
 ANSWERED = "submitted"  # a skip or a draft is no answer: the item can go without losing anyone's work
 COUNT_CAP = 10_000  # a page says "more than 10,000" rather than count a whole large project on each page

@@ -1,10 +1,10 @@
-"""Alembic environment: runs on the connection that `diffjev.storage.db.upgrade` hands over, or on
+"""Alembic environment: runs on the connection that `storage.db.upgrade` hands over, or on
 `sqlalchemy.url` when called from the alembic command line."""
 
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from diffjev.storage.models import Base
+from storage.models import Base
 
 config = context.config
 target_metadata = Base.metadata
