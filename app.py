@@ -1,11 +1,14 @@
 """diffjev studio: `python app.py` here, or as a Hugging Face Space (sdk: gradio, app_file: app.py).
 
-Settings (all optional): DIFFJEV_DB (database file or URL), DIFFJEV_PROJECT, DIFFJEV_VLLM_URL and
-DIFFJEV_VLLM_MODEL (a vLLM server), DIFFJEV_MODEL (a diffusion model in-process), DIFFJEV_USERS
-(user:password pairs for a login), GRADIO_SERVER_NAME and PORT (where to listen).
-"""
+`python app.py --help` lists every setting (environment variables, all optional) with its default."""
 
-from diffjev.ui.studio import main
+import sys
+
+from diffjev.settings import start_listening
 
 if __name__ == "__main__":
-    main()
+    # --help, a bad port and a taken one are answered before the studio (Gradio, a model) is imported
+    listening = start_listening(sys.argv[1:])
+    from diffjev.ui.studio import main
+
+    main(listening)

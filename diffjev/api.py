@@ -98,8 +98,7 @@ def membership(login: Any, may_read: Callable[[str], bool]) -> Any:
 
 
 def jev_router(
-    engine: Engine,
-    model_name: str,
+    engine_now: Callable[[], Engine],
     users: list[tuple[str, str]] | None = None,
     throttle: LoginThrottle | None = None,
     may_read: Callable[[str], bool] | None = None,
@@ -116,6 +115,10 @@ def jev_router(
         except SchemaError as exc:
             loc = ["body", "questions"] + ([exc.question] if exc.question else []) + ([exc.field] if exc.field else [])
             raise HTTPException(422, [{"loc": loc, "msg": str(exc), "type": "value_error"}]) from None
+        try:  # the studio's engine may still be loading, or have failed to: 503, with the reason
+            engine = engine_now()
+        except EngineError as exc:
+            raise HTTPException(503, str(exc), headers={"Retry-After": "10"}) from None
         try:
             decision = read(schema, request.state, engine)
         except (EngineError, SchemaError) as exc:
@@ -124,7 +127,7 @@ def jev_router(
             "id": f"sd-{uuid.uuid4().hex}",
             "object": "structured_decision",
             "created": int(time.time()),
-            "model": model_name,
+            "model": engine.model_name,
             "answers": decision.to_jev(),
             "usage": {
                 "input_tokens": len(decision.diagnostics.get("prompt_ids") or []),

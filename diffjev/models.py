@@ -32,7 +32,13 @@ _offline_lock = threading.Lock()
 
 
 class ModelLoadError(RuntimeError):
-    """A tokenizer or model that could not be loaded; the message says from where it was tried."""
+    """A tokenizer or model that could not be loaded; the message says from where it was tried.
+
+    `reason` is the short why, without any library's error text, for a one-line notice on the page."""
+
+    def __init__(self, message: str, reason: str = "could not be loaded"):
+        super().__init__(message)
+        self.reason = reason
 
 
 def cache_dir() -> Path:
@@ -60,7 +66,9 @@ def from_pretrained(loader: Any, spec: str, what: str, **kwargs: Any) -> Any:
         try:
             return loader.from_pretrained(spec, **kwargs)
         except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"cannot load the {what} in folder {spec}: {exc}") from exc
+            raise ModelLoadError(
+                f"cannot load the {what} in folder {spec}: {exc}", f"could not be loaded from the folder {spec}"
+            ) from exc
     try:
         return loader.from_pretrained(spec, local_files_only=True, **kwargs)
     except (OSError, ValueError):
@@ -69,12 +77,15 @@ def from_pretrained(loader: Any, spec: str, what: str, **kwargs: Any) -> Any:
     if why is not None:
         raise ModelLoadError(
             f"cannot load the {what} {spec!r}: it is not a local folder, not in the Hugging Face cache, and {why}. "
-            f"Pass a local folder, or download it where the Hub can be reached."
+            f"Pass a local folder, or download it where the Hub can be reached.",
+            "is not downloaded and the Hub cannot be reached",
         )
     try:
         return loader.from_pretrained(spec, **kwargs)
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot load the {what} {spec!r} from the Hub: {exc}") from exc
+        raise ModelLoadError(
+            f"cannot load the {what} {spec!r} from the Hub: {exc}", "could not be downloaded from the Hub"
+        ) from exc
 
 
 def ensure_chat_template(tokenizer: Any) -> Any:

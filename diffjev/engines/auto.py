@@ -3,11 +3,14 @@ in-process, else the offline autoregressive fallback, always saying which one an
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 
-from diffjev.engines.base import Engine, EngineError, shown_url
+from diffjev.engines.base import Engine, EngineError, server_url, shown_url
 from diffjev.models import ModelLoadError
+
+log = logging.getLogger("diffjev")
 
 ENGINE_CHOICES = ("auto", "vllm", "jev", "transformers", "autoregressive", "autoregressive-sequential")
 # A masked diffusion chat model small enough for a CPU (dLLM's BERT-Chat, 0.2 B).
@@ -31,13 +34,25 @@ class ChosenEngine:
     fallback: bool = False
 
 
-def choose_engine(choice: EngineChoice) -> ChosenEngine:
+def check_choice(choice: EngineChoice) -> str | None:
+    """The server URL the choice reads through (None: a model in-process), or EngineError naming the setting
+    to fix. Quick, loads nothing: the studio checks its settings with it before serving."""
     if choice.kind not in ENGINE_CHOICES:
         raise EngineError(f"unknown engine {choice.kind!r}; choose one of {', '.join(ENGINE_CHOICES)}")
     url = choice.url or os.environ.get("DIFFJEV_VLLM_URL")
-    if choice.kind in ("vllm", "jev") or (choice.kind == "auto" and url):
-        if not url:
-            raise EngineError(f"the {choice.kind} engine needs a server URL: pass --url or set DIFFJEV_VLLM_URL")
+    if not (choice.kind in ("vllm", "jev") or (choice.kind == "auto" and url)):
+        return None
+    if not url:
+        raise EngineError(f"the {choice.kind} engine needs a server URL: pass --url or set DIFFJEV_VLLM_URL")
+    server_url(url)  # refuses a malformed URL, or one with a query or fragment, in words
+    if choice.kind != "jev" and not (choice.model or os.environ.get("DIFFJEV_VLLM_MODEL")):
+        raise EngineError("the vllm engine needs the served model name: pass --model or set DIFFJEV_VLLM_MODEL")
+    return url
+
+
+def choose_engine(choice: EngineChoice) -> ChosenEngine:
+    url = check_choice(choice)
+    if url:
         model = choice.model or os.environ.get("DIFFJEV_VLLM_MODEL")
         api_key = choice.api_key or os.environ.get("DIFFJEV_VLLM_API_KEY") or None
         if choice.kind == "jev":
@@ -47,8 +62,6 @@ def choose_engine(choice: EngineChoice) -> ChosenEngine:
                 JevAPIEngine(url, model, api_key=api_key),
                 f"Jev API at {shown_url(url)}" + (f", model {model}" if model else ""),
             )
-        if not model:
-            raise EngineError("the vllm engine needs the served model name: pass --model or set DIFFJEV_VLLM_MODEL")
         from diffjev.engines.vllm import VLLMServerEngine
 
         engine = VLLMServerEngine(url, model, choice.tokenizer, canvas_length=choice.canvas_length, api_key=api_key)
@@ -73,5 +86,15 @@ def choose_engine(choice: EngineChoice) -> ChosenEngine:
             raise EngineError(str(exc)) from None
         from diffjev.engines.autoregressive import AutoregressiveEngine
 
+        log.warning("the diffusion model %s was not loaded: %s", model, exc)  # the detail, for the log
         engine = AutoregressiveEngine.offline()
-        return ChosenEngine(engine, f"FALLBACK: autoregressive {engine.model_name}, because {exc}", fallback=True)
+        return ChosenEngine(engine, fallback_notice(engine.model_name, model, exc.reason), fallback=True)
+
+
+def fallback_notice(fallback_model: str, wanted: str, reason: str) -> str:
+    """The header's one line on the fallback: which model reads, why, and how to get a better one."""
+    return (
+        f"FALLBACK: the offline autoregressive model {fallback_model}, because the diffusion model {wanted} "
+        f"{reason}. For better pre-labels, set DIFFJEV_VLLM_URL and DIFFJEV_VLLM_MODEL to a vLLM server, "
+        f"or DIFFJEV_MODEL to a diffusion model's local folder."
+    )

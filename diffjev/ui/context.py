@@ -16,6 +16,8 @@ from typing import Any
 import gradio as gr
 
 from diffjev.engines.auto import ChosenEngine
+from diffjev.engines.base import Engine, EngineError
+from diffjev.engines.slot import EngineSlot
 from diffjev.schema import Schema
 from diffjev.services.engine_access import configured_engine_urls, default_model_dir
 from diffjev.services.annotation import project_schema
@@ -45,7 +47,8 @@ def refusal(message: Any) -> gr.Error:
 @dataclass
 class Studio:
     db: Database
-    chosen: ChosenEngine
+    # The engine, loaded in the background so the page serves at once; a ChosenEngine is held as loaded.
+    slot: EngineSlot | ChosenEngine
     project: str
     # Exports are written here (a folder only this process's user can open) and handed to the browser as
     # Gradio downloads, at an unguessable address; the folder itself is never served.
@@ -66,6 +69,17 @@ class Studio:
     # (handler, inputs, outputs) that fill a tab when the page loads
     on_load: list[tuple[Any, list, list]] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        if isinstance(self.slot, ChosenEngine):
+            self.slot = EngineSlot.holding(self.slot)
+
+    def engine(self) -> Engine:
+        """The studio's engine, or a page error: the model is still loading, or why there is none."""
+        try:
+            return self.slot.engine
+        except EngineError as exc:
+            raise refusal(exc) from None
+
     def schema(self) -> tuple[int, Schema, dict[str, int], int | None]:
         return project_schema(self.db, self.project)
 
@@ -82,8 +96,8 @@ class Studio:
 
     def preview_builder(self) -> Any:
         """The canvas builder for previews: the engine's own when it reads canvases, else one over the
-        offline Gemma tokenizer, loaded once."""
-        builder = getattr(self.chosen.engine, "builder", None)
+        offline Gemma tokenizer, loaded once. EngineNotReady while the model is still loading."""
+        builder = getattr(self.slot.engine, "builder", None)
         if builder is None:
             builder = self._fallback_builder
         return builder

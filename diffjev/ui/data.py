@@ -319,11 +319,21 @@ def runs_frame(studio: Studio) -> pd.DataFrame:
     return pd.DataFrame(runs.run_table(studio.db, studio.project), columns=runs.RUN_COLUMNS)
 
 
+def engine_sentence(studio: Studio) -> str:
+    """The Pre-label tab's line on the studio's engine, as it stands now."""
+    slot = studio.slot
+    if slot.chosen is not None:
+        engine = f"The studio's engine: **{md_text(slot.chosen.description)}**."
+    elif slot.error is not None:
+        engine = f"The studio has no engine: {md_text(slot.error)}. Choose another below."
+    else:
+        engine = "The studio's engine: the model is still loading; pre-labels can start when it is ready."
+    return f"{engine} Another engine can make a run too, to compare them in Review."
+
+
 def build_prelabel(studio: Studio) -> None:
-    gr.Markdown(
-        f"The studio's engine: **{md_text(studio.chosen.description)}**. Another engine can "
-        "make a run too, to compare them in Review."
-    )
+    # Filled when the page loads and as the ticker ticks: the model may still be loading when the page opens.
+    engine_line = gr.Markdown(engine_sentence(studio), elem_id="prelabel-studio-engine")
     with gr.Row():
         kind = gr.Dropdown(
             [CONFIGURED, *[k for k in ENGINE_CHOICES if k != "auto"]],
@@ -361,7 +371,7 @@ def build_prelabel(studio: Studio) -> None:
 
     def engine_for(kind_name: str, server: str, model_name: str) -> Any:
         if kind_name == CONFIGURED:
-            return studio.chosen.engine
+            return studio.engine()  # a page error while the model is still loading
         try:  # the server makes the requests and loads the model: only what the operator allowed
             choice = studio_engine_choice(
                 kind_name,
@@ -406,7 +416,7 @@ def build_prelabel(studio: Studio) -> None:
                 studio.cancels[studio.project] = earlier  # Cancel still reaches the run that is reading
             raise refusal(exc) from None
         finally:
-            if engine is not studio.chosen.engine:  # made for this run: release its connections
+            if kind_name != CONFIGURED:  # made for this run: release its connections
                 engine.close()
         text = (
             f"Run {result.run_id} **{result.status}**: {result.read} items read, {result.failed} failed, "
@@ -459,6 +469,8 @@ def build_prelabel(studio: Studio) -> None:
 
     studio.on_load.append((listed_on_load, [], [run_list, chosen_run]))
     ticker.tick(lambda: runs_frame(studio), [], [run_list], api_visibility="private", show_progress="hidden")
+    ticker.tick(lambda: engine_sentence(studio), [], [engine_line], api_visibility="private", show_progress="hidden")
+    studio.on_load.append((lambda: engine_sentence(studio), [], [engine_line]))
     start.click(run, [kind, url, model, which], [report, failures], api_name="prelabel").then(
         listed, [], [run_list, chosen_run], api_visibility="private"
     )

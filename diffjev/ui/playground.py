@@ -11,7 +11,7 @@ import gradio as gr
 
 from diffjev.decide import Decision
 from diffjev.demo import TICKETS_SCHEMA
-from diffjev.engines.auto import ChosenEngine
+from diffjev.engines.slot import EngineSlot
 from diffjev.engines.base import EngineError
 from diffjev.read import read
 from diffjev.ui.context import md_text
@@ -54,7 +54,7 @@ CSS = """
 """
 
 
-def build(chosen: ChosenEngine) -> None:
+def build(slot: EngineSlot) -> None:
     """The "Try a read" tab: one read of one item, nothing stored."""
 
     def run(schema_text: str, state_text: str) -> tuple[str, Any, str]:
@@ -69,7 +69,7 @@ def build(chosen: ChosenEngine) -> None:
             except ValueError:
                 pass  # text that happens to start with a brace is read as text
         try:
-            decision = read(schema, state, chosen.engine)
+            decision = read(schema, state, slot.engine)  # EngineError while the model is still loading
         except (SchemaError, EngineError) as exc:
             return "", None, f"**Read failed:** {md_text(str(exc))}"
         timing = decision.diagnostics.get("timing", {})

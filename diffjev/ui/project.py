@@ -9,6 +9,7 @@ import json
 import gradio as gr
 
 from diffjev.canvas import CanvasBuilder
+from diffjev.engines.base import EngineError
 from diffjev.errors import SchemaError
 from diffjev.schema import Schema
 from storage import repo
@@ -87,14 +88,14 @@ def build(studio: Studio) -> None:
         try:
             parsed = parse(schema_text, template_text)
             return "", canvas_preview(studio.preview_builder(), parsed)
-        except SchemaError as exc:
+        except (SchemaError, EngineError) as exc:  # EngineError: no model to lay the canvas out with yet
             return f"⚠️ {md_text(str(exc))}", ""
 
     def store(schema_text: str, template_text: str, request: gr.Request) -> tuple[str, str]:
         try:
             parsed = parse(schema_text, template_text)
             studio.preview_builder().layout(parsed)  # refuse a template the model cannot read
-        except SchemaError as exc:
+        except (SchemaError, EngineError) as exc:
             return f"⚠️ {md_text(str(exc))}", gr.update()
         with studio.db.session() as session:
             project = repo.get_project(session, studio.project)

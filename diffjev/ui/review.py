@@ -221,7 +221,7 @@ def build(studio: Studio, opened: gr.Tab | None = None) -> None:
         result = prelabel(
             studio.db,
             studio.project,
-            studio.chosen.engine,
+            studio.engine(),
             only_unlabeled=True,
             actor=studio.annotator(request),
             progress=lambda p: progress((p.done, p.total), desc=f"{p.items_per_s:.1f} items/s"),

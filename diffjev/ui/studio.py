@@ -7,9 +7,9 @@ import logging
 import math
 import os
 import tempfile
-import threading
 
 import gradio as gr
+import uvicorn
 from fastapi import FastAPI, HTTPException
 from sqlalchemy import select
 from starlette.requests import HTTPConnection
@@ -19,13 +19,15 @@ from diffjev import passwords
 from diffjev.api import jev_router, password_matches
 from diffjev.auth_throttle import ClientAddress, LoginThrottle, Throttled, current_address
 from diffjev.demo import DEMO_PROJECT_SCHEMA, demo_tickets
-from diffjev.engines.auto import ChosenEngine, EngineChoice, choose_engine
+from diffjev.engines.auto import EngineChoice, check_choice, choose_engine
 from diffjev.engines.base import EngineError
+from diffjev.engines.slot import EngineSlot
 from diffjev.models import ModelLoadError
 from diffjev.passwords import PasswordBook
 from diffjev.schema import Schema
 from diffjev.services.importing import import_items
 from diffjev.services.prelabel import interrupt_stale_runs, prelabel
+from diffjev.settings import Listening, start_listening
 from storage import repo
 from storage.db import Database
 from storage.models import Project
@@ -116,12 +118,33 @@ def members_note_text(studio: Studio) -> str:
     return f"Members of **{md_text(studio.project)}**: {md_text(', '.join(members))}."
 
 
+def header_text(studio: Studio) -> str:
+    """The header: which model makes the pre-labels, or that it is still loading, or why there is none."""
+    slot, project = studio.slot, f" · project **{md_text(studio.project)}**"
+    if slot.chosen is not None:
+        warning = "⚠️ " if slot.chosen.fallback else ""
+        return f"# diffjev\n{warning}**Pre-labels from:** {md_text(slot.chosen.description)}{project}"
+    if slot.error is not None:
+        return (
+            f"# diffjev\n⚠️ **No model for pre-labels:** {md_text(slot.error)}. Annotating, import, review and "
+            f"export work without one{project}"
+        )
+    return f"# diffjev\n⏳ **Loading the model …** pre-labels start when it is ready{project}"
+
+
+def header_update(studio: Studio) -> tuple[str, gr.Timer]:
+    return header_text(studio), gr.Timer(active=not studio.slot.settled)
+
+
 def build_blocks(studio: Studio) -> gr.Blocks:
     with gr.Blocks(title="diffjev") as blocks:
-        banner = (
-            "⚠️ " if studio.chosen.fallback else ""
-        ) + f"**Pre-labels from:** {md_text(studio.chosen.description)} · project **{md_text(studio.project)}**"
-        gr.Markdown(f"# diffjev\n{banner}", elem_id="engine-banner")
+        banner = gr.Markdown(header_text(studio), elem_id="engine-banner")
+        # While the model loads, the header follows it without a page reload; the timer stops once it settled.
+        header_timer = gr.Timer(1.0, active=not studio.slot.settled)
+        header_timer.tick(
+            lambda: header_update(studio), [], [banner, header_timer], api_visibility="private", show_progress="hidden"
+        )
+        studio.on_load.append((lambda: header_update(studio), [], [banner, header_timer]))
         if studio.hub_sign_in:  # a Space with `hf_oauth: true`: sign in with Hugging Face
             gr.LoginButton()
             members_note = gr.Markdown(elem_id="members-note")
@@ -142,7 +165,7 @@ def build_blocks(studio: Studio) -> gr.Blocks:
             with gr.Tab("Export", id="export"):
                 data.build_export(studio)
             with gr.Tab("Try a read", id="try"):
-                playground.build(studio.chosen)
+                playground.build(studio.slot)
         for handler, inputs, outputs in studio.on_load:
             blocks.load(handler, inputs, outputs, api_visibility="private")
     return blocks
@@ -194,7 +217,7 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
         with studio.db.read() as session:
             return repo.member_of_any(session, user)
 
-    app.include_router(jev_router(studio.chosen.engine, studio.chosen.engine.model_name, auth, throttle, may_read))
+    app.include_router(jev_router(lambda: studio.slot.engine, auth, throttle, may_read))
     if auth or hub_sign_in:  # the mounted Gradio app would serve its own OpenAPI schema here
 
         @app.get("/openapi.json", include_in_schema=False)
@@ -249,41 +272,65 @@ def listening_refusal(host: str, auth: list | None, hub_sign_in: bool) -> str | 
     )
 
 
-def main() -> None:
-    import uvicorn
-
+def main(listening: Listening | None = None) -> None:
+    """`python app.py`: the port is bound first (a taken one is said at once), the page serves within
+    seconds, and the model loads in the background while the header says so."""
+    listening = listening or start_listening()
     logging.basicConfig(level=logging.WARNING, format="diffjev: %(message)s")
     log.setLevel(logging.INFO)
-    host = os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1")
     try:
         auth = users_from_env()
-        refusal = listening_refusal(host, auth, hub_sign_in_configured())  # before any slow start-up work
+        refusal = listening_refusal(listening.host, auth, hub_sign_in_configured())  # before any slow work
         if refusal:
             raise ValueError(refusal)
+        check_choice(EngineChoice())  # a wrong engine setting is said now, not after the page is up
         db = Database(default_db_location())
         name, created = ensure_project(db)
         # A run still marked running was left by a studio that stopped: say so in the run list, resumable.
         interrupted = interrupt_stale_runs(db)
-        chosen: ChosenEngine = choose_engine(EngineChoice())
     except (EngineError, ModelLoadError, repo.NotFound, ValueError) as exc:  # settings a person can fix
         raise SystemExit(f"diffjev: {exc}") from None
-    log.info("database %s, project %s, pre-labels from %s", db.url, name, chosen.description)
+    log.info("database %s, project %s", db.url, name)
     if interrupted:
         log.info("runs %s were left running by a studio that stopped: marked interrupted", interrupted)
     # Gradio serves every file in its folder to anyone logged in to the app, and its default folder is one
     # per machine: a user of another studio (another project) could fetch this one's downloads and uploads
     # by their address. So each studio process keeps its files in a folder of its own.
     os.environ.setdefault("GRADIO_TEMP_DIR", tempfile.mkdtemp(prefix="diffjev-files-"))
-    studio = Studio(db, chosen, name)
-    if auth is None and host not in LOCAL_HOSTS and not studio.hub_sign_in:
+    # On a first start there is something to label at once: the demo is pre-labeled as soon as the model is up.
+    demo_prelabel = (lambda chosen: prelabel(db, name, chosen.engine)) if created else None
+    slot = EngineSlot.loading(lambda: choose_engine(EngineChoice()), then=demo_prelabel)
+    studio = Studio(db, slot, name)
+    if auth is None and listening.host not in LOCAL_HOSTS and not studio.hub_sign_in:
         log.warning(
             "listening on %s with no login (DIFFJEV_ALLOW_ANONYMOUS=1): anyone who can reach it can "
             "annotate as 'local'.",
-            host,
+            listening.host,
         )
-    if created:  # something to label at once: pre-label the demo in the background
-        threading.Thread(target=prelabel, args=(db, name, chosen.engine), daemon=True, name="demo-prelabel").start()
-    uvicorn.run(create_app(studio, auth), host=host, port=int(os.environ.get("PORT", 7860)), log_level="warning")
+    serve(create_app(studio, auth), listening)
+
+
+class AnnouncedServer(uvicorn.Server):
+    """uvicorn's server, saying where it serves once it does, as Gradio says it."""
+
+    def __init__(self, config: uvicorn.Config, url: str):
+        super().__init__(config)
+        self.url = url
+
+    async def startup(self, sockets: list | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            print(f"Running on {self.url}", flush=True)
+
+
+def serve(app: FastAPI, listening: Listening) -> None:
+    """Serves on the socket bound at start-up until stopped."""
+    config = uvicorn.Config(app, host=listening.host, port=listening.port, log_level="warning")
+    server = AnnouncedServer(config, listening.url)
+    server.run(sockets=[listening.sock])
+    if not server.started:
+        # Nothing may go on pre-labeling in the background with no page to show it: the process ends here.
+        raise SystemExit(f"diffjev: the server on {listening.url} did not start (see above)")
 
 
 if __name__ == "__main__":
