@@ -24,6 +24,7 @@ class EngineSlot:
         self._settled = threading.Event()
         self.chosen: ChosenEngine | None = None
         self.error: str | None = None  # why loading failed, in one line for the header
+        self._thread: threading.Thread | None = None
 
     @classmethod
     def holding(cls, chosen: ChosenEngine) -> EngineSlot:
@@ -37,10 +38,16 @@ class EngineSlot:
     def loading(
         cls, load: Callable[[], ChosenEngine], then: Callable[[ChosenEngine], None] | None = None
     ) -> EngineSlot:
-        """A slot whose engine `load` makes in a background thread; `then` runs there once it is ready."""
+        """A slot whose engine `load` makes in a background thread, begun by `start()`; `then` runs in that
+        thread once the engine is ready."""
         slot = cls()
-        threading.Thread(target=slot._load, args=(load, then), daemon=True, name="engine-load").start()
+        slot._thread = threading.Thread(target=slot._load, args=(load, then), daemon=True, name="engine-load")
         return slot
+
+    def start(self) -> EngineSlot:
+        if self._thread is not None and not self._thread.is_alive() and not self.settled:
+            self._thread.start()
+        return self
 
     def _load(self, load: Callable[[], ChosenEngine], then: Callable[[ChosenEngine], None] | None) -> None:
         try:

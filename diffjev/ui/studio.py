@@ -7,6 +7,8 @@ import logging
 import math
 import os
 import tempfile
+from collections.abc import Callable
+from typing import Any
 
 import gradio as gr
 import uvicorn
@@ -307,26 +309,28 @@ def main(listening: Listening | None = None) -> None:
             "annotate as 'local'.",
             listening.host,
         )
-    serve(create_app(studio, auth), listening)
+    # The model loads once the page serves: loading it beside Gradio's start-up would slow both down.
+    serve(create_app(studio, auth), listening, then=slot.start)
 
 
 class AnnouncedServer(uvicorn.Server):
-    """uvicorn's server, saying where it serves once it does, as Gradio says it."""
+    """uvicorn's server, saying where it serves once it does, as Gradio says it, then running `then`."""
 
-    def __init__(self, config: uvicorn.Config, url: str):
+    def __init__(self, config: uvicorn.Config, url: str, then: Callable[[], Any]):
         super().__init__(config)
-        self.url = url
+        self.url, self.then = url, then
 
     async def startup(self, sockets: list | None = None) -> None:
         await super().startup(sockets)
         if self.started:
             print(f"Running on {self.url}", flush=True)
+            self.then()
 
 
-def serve(app: FastAPI, listening: Listening) -> None:
-    """Serves on the socket bound at start-up until stopped."""
+def serve(app: FastAPI, listening: Listening, then: Callable[[], Any] = lambda: None) -> None:
+    """Serves on the socket bound at start-up until stopped; `then` runs once the server is up."""
     config = uvicorn.Config(app, host=listening.host, port=listening.port, log_level="warning")
-    server = AnnouncedServer(config, listening.url)
+    server = AnnouncedServer(config, listening.url, then)
     server.run(sockets=[listening.sock])
     if not server.started:
         # Nothing may go on pre-labeling in the background with no page to show it: the process ends here.
