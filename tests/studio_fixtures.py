@@ -8,6 +8,7 @@ import pandas as pd
 
 from diffjev import Schema
 from diffjev.engines.auto import ChosenEngine
+from diffjev.engines.slot import EngineSlot
 from diffjev.services.importing import import_items
 from diffjev.services.prelabel import prelabel
 from storage import repo
@@ -38,7 +39,10 @@ def studio_db(path, texts, prelabel_with=None, name="tickets", schema=None):
 
 
 def serve_studio(db, engine, name="tickets", auth=None, **settings):
-    studio = Studio(db, ChosenEngine(engine, "transformers, tiny random DiffusionGemma"), name, **settings)
+    """`engine`: an engine, held as loaded, or an EngineSlot that loads one as the test lets it."""
+    tiny = "transformers, tiny random DiffusionGemma"
+    held = engine if isinstance(engine, EngineSlot) else ChosenEngine(engine, tiny)
+    studio = Studio(db, held, name, **settings)
     return LocalServer(create_app(studio, auth)), studio
 
 
