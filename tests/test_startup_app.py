@@ -14,7 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sqlalchemy import func, select
+
 from conftest import free_port
+from storage.db import Database
+from storage.models import Suggestion
 
 ROOT = Path(__file__).parent.parent
 SETTING_NAME = re.compile(r"DIFFJEV_[A-Z_]*[A-Z]")
@@ -36,6 +40,11 @@ def run_app(tmp_path, *args, timeout=60, **settings) -> subprocess.CompletedProc
         text=True,
         timeout=timeout,
     )
+
+
+def db_count(db: Database, table) -> int:
+    with db.read() as session:
+        return session.scalar(select(func.count()).select_from(table))
 
 
 def settings_in_source() -> set[str]:
@@ -111,6 +120,11 @@ def test_it_serves_on_gradio_server_port_before_port_and_prints_the_url(tmp_path
         assert httpx.get(f"http://127.0.0.1:{port}/", timeout=30).status_code == 200
         with pytest.raises(httpx.ConnectError):
             httpx.get(f"http://127.0.0.1:{other}/", timeout=5)
+        # a first start: the demo is pre-labeled once the model is ready, suggestions stored as they come
+        db = Database(str(tmp_path / "studio.db"))
+        while not db_count(db, Suggestion):
+            assert proc.poll() is None and time.monotonic() < deadline, "no demo suggestion came"
+            time.sleep(1)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
