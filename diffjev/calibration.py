@@ -10,14 +10,13 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence
 
 import numpy as np
-from scipy.optimize import minimize_scalar
-from scipy.stats import norm
-from sklearn.metrics import cohen_kappa_score, log_loss, mean_absolute_error
-from sklearn.model_selection import KFold
+
+# scipy and scikit-learn are imported where they are used: together they take seconds to import, and the
+# studio imports this module on its way to serving its first page.
 
 DEFAULT_BINS = 15
 EPS = 1e-12
-Z95 = float(norm.ppf(0.975))  # two-sided 95%
+Z95 = 1.959963984540054  # two-sided 95%: scipy.stats.norm.ppf(0.975) (a test checks it)
 
 
 class Bin(NamedTuple):  # named tuples: a curve over 100k items makes 100k of them
@@ -65,6 +64,8 @@ def brier(probs, labels) -> float:
 def nll(probs, labels) -> float:
     """Negative log-likelihood of the human answers (natural log, mean per item)."""
     p, y = _arrays(probs, labels)
+    from sklearn.metrics import log_loss
+
     return float(log_loss(y, np.clip(p, EPS, 1.0), labels=list(range(p.shape[1]))))
 
 
@@ -75,6 +76,8 @@ def accuracy(probs, labels) -> float:
 
 def score_errors(probs, labels) -> tuple[float, float]:
     """For ordered levels: mean absolute error and quadratic-weighted kappa of the top level."""
+    from sklearn.metrics import cohen_kappa_score, mean_absolute_error
+
     p, y = _arrays(probs, labels)
     predicted = p.argmax(axis=1)
     kappa = cohen_kappa_score(y, predicted, weights="quadratic", labels=list(range(p.shape[1])))
@@ -199,6 +202,8 @@ def fit_temperature(probs, labels) -> float:
         top = z.max(axis=1)
         return float((top + np.log(np.exp(z - top[:, None]).sum(axis=1)) - z[rows, y]).mean())
 
+    from scipy.optimize import minimize_scalar
+
     found = minimize_scalar(loss, bounds=(np.log(0.05), np.log(20.0)), method="bounded", options={"xatol": 1e-4})
     return float(np.exp(found.x))
 
@@ -206,6 +211,8 @@ def fit_temperature(probs, labels) -> float:
 def cross_validated_temperature(probs, labels, folds: int = 5, seed: int = 0) -> tuple[np.ndarray, list[float]]:
     """Calibrated distributions where each item's temperature was fitted on the other folds only, so no
     item is scored by a fit that saw it; and the fold temperatures."""
+    from sklearn.model_selection import KFold
+
     p, y = _arrays(probs, labels)
     folds = max(2, min(folds, len(y)))
     out = np.empty_like(p)

@@ -81,3 +81,9 @@ def test_the_wilson_interval_and_the_recommendation_need_enough_items():
     assert cal.recommend(curve, 1.0) == (None, None, None)  # no sample shows 100%
     sure = [cal.AcceptPoint(0.9, 0.5, 1.0, 73, *map(float, cal.wilson_interval(73, 73)))]
     assert cal.recommend(sure, 0.95).point == sure[0] and cal.answers_needed(1.0, 0.95) == 73
+
+
+def test_the_95_percent_z_is_the_normal_quantile():
+    from scipy.stats import norm
+
+    assert cal.Z95 == pytest.approx(float(norm.ppf(0.975)), abs=1e-12)
