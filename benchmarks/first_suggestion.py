@@ -218,6 +218,7 @@ def main() -> None:
                 trials = []
                 for i in range(repeat):
                     cache = warm_cache if cache_kind == "warm" else Path(tmp) / f"cache-{engine}-cold-{i}"
+                    cache.mkdir(parents=True, exist_ok=True)
                     workdir = Path(tempfile.mkdtemp(dir=tmp, prefix=f"{engine}-{cache_kind}-"))
                     figures = run_trial(workdir, cache, model, args.cap, browser)
                     if cache_kind == "cold" and not warm_cache.exists():  # the warm trials reuse a filled cache

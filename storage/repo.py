@@ -453,6 +453,16 @@ def count_pending(
     return session.scalar(query) or 0
 
 
+def reads_mark(session: Session, project_id: int) -> tuple:
+    """A mark that changes whenever the project's newest run stores a read or changes its status: a page
+    waiting for suggestions compares it to the last one it saw before it looks for them again."""
+    run = latest_run(session, project_id)
+    if run is None:
+        return ()
+    last_read = session.scalar(select(func.max(ItemRead.id)).where(ItemRead.run_id == run.id))
+    return run.id, run.status, last_read
+
+
 def count_unsure(session: Session, run_id: int, threshold: float) -> int:
     """Items whose read in the run left an answer unsure: its entropy above `threshold`."""
     query = select(func.count(Suggestion.item_id.distinct())).where(
