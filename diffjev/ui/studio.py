@@ -25,7 +25,7 @@ from diffjev.models import ModelLoadError
 from diffjev.passwords import PasswordBook
 from diffjev.schema import Schema
 from diffjev.services.importing import import_items
-from diffjev.services.prelabel import interrupt_stale_runs, prelabel
+from diffjev.services.prelabel import interrupt_stale_runs, prelabel_quick_first
 from storage import repo
 from storage.db import Database
 from storage.models import Project
@@ -282,7 +282,9 @@ def main() -> None:
             host,
         )
     if created:  # something to label at once: pre-label the demo in the background
-        threading.Thread(target=prelabel, args=(db, name, chosen.engine), daemon=True, name="demo-prelabel").start()
+        threading.Thread(
+            target=prelabel_quick_first, args=(db, name, chosen.engine), daemon=True, name="demo-prelabel"
+        ).start()
     uvicorn.run(create_app(studio, auth), host=host, port=int(os.environ.get("PORT", 7860)), log_level="warning")
 
 
