@@ -411,27 +411,63 @@ def mark_interrupted(session: Session, actor: str, keep: Sequence[int] = ()) -> 
     return ids
 
 
-def _pending(project_id: int, run_id: int, only_unlabeled: bool) -> list:
+def _pending(project_id: int, run_id: int, only_unlabeled: bool, unsure_in: tuple[int, float] | None = None) -> list:
     """The conditions on Item for "this run has no successful read of it yet" (and, if asked, "nobody
-    has answered it")."""
+    has answered it", and "run R's read of it was unsure": a question's entropy above the threshold)."""
     done = select(ItemRead.id).where(ItemRead.run_id == run_id, ItemRead.item_id == Item.id, ItemRead.status == "ok")
     conditions = [Item.project_id == project_id, ~done.exists()]
     if only_unlabeled:
         answered = select(Response.id).where(Response.item_id == Item.id, Response.status == "submitted")
         conditions.append(~answered.exists())
+    if unsure_in is not None:
+        first_run, threshold = unsure_in
+        unsure = select(Suggestion.id).where(
+            Suggestion.run_id == first_run, Suggestion.item_id == Item.id, Suggestion.entropy > threshold
+        )
+        conditions.append(unsure.exists())
     return conditions
 
 
 def pending_item_ids(
-    session: Session, project_id: int, run_id: int, after_id: int, limit: int, only_unlabeled: bool = False
+    session: Session,
+    project_id: int,
+    run_id: int,
+    after_id: int,
+    limit: int,
+    only_unlabeled: bool = False,
+    unsure_in: tuple[int, float] | None = None,
 ) -> list[int]:
     """Items this run has no successful read of yet, in id order, after `after_id`."""
-    query = select(Item.id).where(Item.id > after_id, *_pending(project_id, run_id, only_unlabeled))
+    query = select(Item.id).where(Item.id > after_id, *_pending(project_id, run_id, only_unlabeled, unsure_in))
     return list(session.scalars(query.order_by(Item.id).limit(limit)))
 
 
-def count_pending(session: Session, project_id: int, run_id: int, only_unlabeled: bool = False) -> int:
-    query = select(func.count()).select_from(Item).where(*_pending(project_id, run_id, only_unlabeled))
+def count_pending(
+    session: Session,
+    project_id: int,
+    run_id: int,
+    only_unlabeled: bool = False,
+    unsure_in: tuple[int, float] | None = None,
+) -> int:
+    query = select(func.count()).select_from(Item).where(*_pending(project_id, run_id, only_unlabeled, unsure_in))
+    return session.scalar(query) or 0
+
+
+def reads_mark(session: Session, project_id: int) -> tuple:
+    """A mark that changes whenever the project's newest run stores a read or changes its status: a page
+    waiting for suggestions compares it to the last one it saw before it looks for them again."""
+    run = latest_run(session, project_id)
+    if run is None:
+        return ()
+    last_read = session.scalar(select(func.max(ItemRead.id)).where(ItemRead.run_id == run.id))
+    return run.id, run.status, last_read
+
+
+def count_unsure(session: Session, run_id: int, threshold: float) -> int:
+    """Items whose read in the run left an answer unsure: its entropy above `threshold`."""
+    query = select(func.count(Suggestion.item_id.distinct())).where(
+        Suggestion.run_id == run_id, Suggestion.entropy > threshold
+    )
     return session.scalar(query) or 0
 
 

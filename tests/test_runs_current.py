@@ -75,10 +75,11 @@ def test_a_run_still_reading_never_empties_the_queue_or_blanks_the_export(db, tm
 
     second = prelabel(db, "p", dgemma_engine, batch_items=2, progress=look)
     (done, card), rows, in_order = seen
-    assert done == 2 and card is not None and card.suggestion is not None and in_order is not None
-    # each item's model answer comes from the latest run that read it: two from the new run, the rest
+    # a run's first batch holds one item (batches grow 1, 2, ... up to batch_items)
+    assert done == 1 and card is not None and card.suggestion is not None and in_order is not None
+    # each item's model answer comes from the latest run that read it: one from the new run, the rest
     # from the first
-    assert sorted(r["run_id"] for r in rows) == [first.run_id] * 4 + [second.run_id] * 2
+    assert sorted(r["run_id"] for r in rows) == [first.run_id] * 5 + [second.run_id] * 1
     assert all(r["team_model"] is not None for r in rows)
     # a run picked by name still exports its own suggestions only
     picked = exported(db, tmp_path, run_id=first.run_id)
@@ -91,9 +92,9 @@ def test_a_resumed_older_run_does_not_take_the_newer_runs_items(db, tmp_path, dg
 
     cancel = threading.Event()
     older = prelabel(db, "p", dgemma_engine, batch_items=2, cancel=cancel, progress=lambda p: cancel.set())
-    assert (older.status, older.read) == ("cancelled", 2)
+    assert (older.status, older.read) == ("cancelled", 1)  # the first batch holds one item
     newer = prelabel(db, "p", dgemma_engine, batch_items=4)
-    prelabel(db, "p", dgemma_engine, run_id=older.run_id, batch_items=4)  # reads the other four items
+    prelabel(db, "p", dgemma_engine, run_id=older.run_id, batch_items=4)  # reads the other five items
     with db.read() as session:
         current = session.execute(
             select(Suggestion.run_id, func.count()).where(Suggestion.is_current).group_by(Suggestion.run_id)

@@ -23,6 +23,16 @@ from diffjev.schema import Schema
 DEFAULT_SEED = 42
 
 
+def growing_chunks(limit: int) -> Iterator[int]:
+    """Chunk sizes 1, 2, 4, ... up to `limit`, then `limit` for good: the first result of a long stream
+    arrives after one item's read instead of a whole batch's, and the doubling reaches full batches
+    within a few chunks, so a whole run costs no more than with full batches from the start."""
+    size = 1
+    while True:
+        yield min(size, max(1, limit))
+        size *= 2
+
+
 class EngineError(RuntimeError):
     """A read that could not be made. The message names the engine or endpoint and what went wrong."""
 
@@ -85,6 +95,11 @@ class Engine(ABC):
     def close(self) -> None:
         """Release connections or threads; an engine is usable until then."""
 
+    @property
+    def draws_vary(self) -> bool:
+        """Whether another noise draw of an item can read differently (so more draws can tell more)."""
+        return False
+
 
 def prompt_token_limit(model: Any, canvas_length: int) -> int | None:
     """The most prompt tokens an in-process model takes: its positions less the canvas (a masked or causal
@@ -109,13 +124,19 @@ class CanvasEngine(Engine):
     def check_schema(self, schema: Schema) -> None:
         self.builder.layout(schema)  # a template that does not fit fails before any read is sent
 
+    @property
+    def draws_vary(self) -> bool:
+        # Mask noise is the same on every draw, so more draws of a masked model would only repeat it.
+        return self.builder.format.noise == "uniform"
+
     def decide_many(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
         self.check_schema(schema)
         states = iter(states)
+        sizes = growing_chunks(self.batch_size)
         with ThreadPoolExecutor(self.pipeline_depth, thread_name_prefix=f"{self.name}-read") as pool:
             pending: list[Future] = []
             while True:
-                chunk = list(islice(states, self.batch_size))
+                chunk = list(islice(states, next(sizes)))
                 if chunk:
                     pending.append(pool.submit(self._decide_chunk, schema, chunk, seed))
                 # Keep pipeline_depth chunks reading while the caller takes the oldest one's results,
@@ -128,8 +149,7 @@ class CanvasEngine(Engine):
     def _decide_chunk(self, schema: Schema, states: Sequence[Any], seed: int) -> list[Decision]:
         started = time.perf_counter()
         layout = self.builder.layout(schema)
-        # Mask noise is the same on every draw, so more draws of a masked model would only repeat it.
-        repeatable = self.builder.format.noise == "uniform"
+        repeatable = self.draws_vary
         first = schema.sampling.first_draws if repeatable else 1
         base = [self.builder.build(schema, state, draw_seed(seed, 0)) for state in states]
         draws: list[list[Canvas]] = [[c] + [self._redraw(c, layout, seed, k) for k in range(1, first)] for c in base]

@@ -439,7 +439,8 @@ def empty_queue_reason(
             read = session.scalar(select(func.count()).select_from(ItemRead).where(ItemRead.run_id == latest.id)) or 0
             return (
                 f"Pre-labels are still being read: {read} of {items} items done. This queue fills as the reads "
-                "are stored; press Start again in a moment, or choose 'Unlabeled, in order' to answer meanwhile."
+                "are stored, and the first item shows here by itself; or choose 'Unlabeled, in order' to "
+                "answer meanwhile."
             )
         explained = picked or latest
         if explained is not None and strategy not in ("second_opinion", "overlap"):
@@ -549,3 +550,9 @@ def progress(db: Database, project_id: int, question_row: int) -> tuple[int, int
     """(items with an answer to this question, items in the project)."""
     with db.read() as session:
         return repo.answered_count(session, question_row), repo.count_items(session, project_id)
+
+
+def reads_mark(db: Database, project_id: int) -> tuple:
+    """Changes whenever a read of the project is stored or its newest run starts or ends (repo.reads_mark)."""
+    with db.read() as session:
+        return repo.reads_mark(session, project_id)

@@ -9,14 +9,18 @@
   an item that still fails is recorded as failed for the run, with its error, and the run goes on,
   unless `stop_after` items in a row failed (the server is gone): then the run stops as failed, every
   stored read kept, and resuming it continues where it stopped.
-- Progress goes to a callback after every batch; a cancel event stops the run between batches. A batch
-  is also stored when FLUSH_S passed since its first read, so a slow engine (or a run smaller than one
-  batch) shows its progress from the first item on, never only at its end. The progress of every run
-  this process is making is in `live_runs`, for any tab to show.
+- Progress goes to a callback after every batch; a cancel event stops the run between batches. Batches
+  grow 1, 2, 4, ... up to `batch_items` (as the engines' chunks do), so a run's first suggestion is
+  stored as soon as its first item is read; a batch is also stored when FLUSH_S passed since its first
+  read, so a slow engine shows its progress item by item, never only at its end. The progress of every
+  run this process is making is in `live_runs`, for any tab to show.
+- A quick first pass (`prelabel_quick_first`, the studio's demo) reads every item with one draw, then a
+  second run reads again, with the schema's full draws, only the items whose first read was unsure.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -26,7 +30,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
 from diffjev.decide import Decision
-from diffjev.engines.base import Engine, shown_url
+from diffjev.engines.base import Engine, growing_chunks, shown_url
 from diffjev.errors import SchemaError
 from diffjev.read import read, read_many
 from diffjev.schema import Schema
@@ -124,14 +128,21 @@ def start_run(
     only_unlabeled: bool = False,
     seed: int = 42,
     actor: str = "system",
+    samples: int | None = None,
+    refines: int | None = None,
 ) -> int:
     """Create a run of the project's latest schema version; an engine that cannot read the schema at all
-    is refused here (SchemaError), before any run exists, so no empty run is ever left behind."""
+    is refused here (SchemaError), before any run exists, so no empty run is ever left behind.
+
+    `samples` overrides the schema's draws per item for this run (kept in its params, so a resumed run
+    reads the same way); `refines` names an earlier run: this one reads only the items whose read there
+    was unsure (an answer's entropy above the schema's auto threshold)."""
     with db.session() as session:
         project = repo.get_project(session, project_name)
         version = repo.latest_version(session, project.id)
         engine.check_schema(repo.version_schema(version)[0])
         params = {"seed": seed, "only_unlabeled": only_unlabeled, "engine_settings": engine_settings(engine)}
+        params.update({k: v for k, v in (("samples", samples), ("refines", refines)) if v is not None})
         run = repo.create_run(
             session,
             project.id,
@@ -161,11 +172,22 @@ def prelabel(
     progress: Callable[[Progress], None] | None = None,
     cancel: threading.Event | None = None,
     stop_after: int = DEFAULT_STOP_AFTER,
+    samples: int | None = None,
+    refines: int | None = None,
 ) -> RunReport:
-    """Run (or, given `run_id`, resume) a pre-label pass over a project's items. A run this process is
-    reading already is refused (repo.Conflict)."""
+    """Run (or, given `run_id`, resume) a pre-label pass over a project's items (see start_run for
+    `samples` and `refines`). A run this process is reading already is refused (repo.Conflict)."""
     if run_id is None:
-        run_id = start_run(db, project_name, engine, only_unlabeled=only_unlabeled, seed=seed, actor=actor)
+        run_id = start_run(
+            db,
+            project_name,
+            engine,
+            only_unlabeled=only_unlabeled,
+            seed=seed,
+            actor=actor,
+            samples=samples,
+            refines=refines,
+        )
     _claim_run(run_id, project_name)
     try:
         return _read_run(
@@ -208,27 +230,37 @@ def _read_run(
             )
         version = session.get(repo.SchemaVersion, run.schema_version_id)
         schema, question_rows = repo.version_schema(version)
+        schema = _as_the_run_reads(schema, run.params)
         only_unlabeled, seed = run.params.get("only_unlabeled", False), run.params.get("seed", seed)
+        refines = run.params.get("refines")
+        unsure_in = (refines, schema.sampling.auto_threshold) if refines is not None else None
         if run.status != "running":
             run.status, run.finished_at = "running", None
             repo.log(session, actor, "run.resumed", project.id, run_id=run_id)
         project_id = project.id
     with db.read() as session:
-        total = repo.count_pending(session, project_id, run_id, only_unlabeled)
+        total = repo.count_pending(session, project_id, run_id, only_unlabeled, unsure_in)
 
     started = time.perf_counter()
     done = failed = 0
     first: tuple[int, float] | None = None  # (items, time) at the first stored batch
     live_runs[run_id] = (project_name, Progress(0, total, 0, 0.0))
     reader = _Reader(
-        db, project_id, run_id, only_unlabeled, (schema, engine, seed, retries, backoff_s, stop_after), batch_items
+        db,
+        project_id,
+        run_id,
+        (only_unlabeled, unsure_in),
+        (schema, engine, seed, retries, backoff_s, stop_after),
+        batch_items,
     )
     status, error = "running", None
+    sizes = growing_chunks(batch_items)
     try:
         while status == "running":
             batch: list[ReadResult] = []
             batch_started = None
-            while status == "running" and len(batch) < batch_items:
+            batch_size = next(sizes)
+            while status == "running" and len(batch) < batch_size:
                 if cancel is not None and cancel.is_set():
                     status = "cancelled"
                     break
@@ -263,6 +295,43 @@ def _read_run(
     return _finish(db, run_id, status, error, actor, started)
 
 
+def _as_the_run_reads(schema: Schema, params: dict[str, Any]) -> Schema:
+    """The schema with the run's own number of draws, where the run overrides the schema's."""
+    if params.get("samples") is None:
+        return schema
+    return dataclasses.replace(schema, sampling=dataclasses.replace(schema.sampling, samples=params["samples"]))
+
+
+def prelabel_quick_first(
+    db: Database, project_name: str, engine: Engine, **options: Any
+) -> tuple[RunReport, RunReport | None]:
+    """Pre-label for a quick first look (the studio's demo): every item read once with one draw, so the
+    whole project has suggestions as early as the engine allows, then, where the schema's "auto" policy
+    would have drawn more, a second run reads those items again with all the draws it asks for.
+
+    The second run is a run of its own, not an update of the first one's suggestions: each suggestion
+    stays what was shown and answered (an answer keeps pointing at the read it saw), store_reads stays
+    one read per item and run, and the second run's suggestions become the items' current ones as any
+    newer run's do. It reads the unsure items with exactly the draws (seeds) one "auto" read takes, so
+    its suggestions equal what a single-pass run would have stored for them. Returns (first, second or
+    None when no second run was needed); `options` are prelabel's.
+    """
+    with db.read() as session:
+        project = repo.get_project(session, project_name)
+        sampling = repo.version_schema(repo.latest_version(session, project.id))[0].sampling
+    if sampling.samples != "auto" or sampling.auto_max <= 1 or not engine.draws_vary:
+        return prelabel(db, project_name, engine, **options), None  # one read per item is all there is
+    first = prelabel(db, project_name, engine, samples=1, **options)
+    cancel = options.get("cancel")
+    if first.status != "completed" or (cancel is not None and cancel.is_set()):
+        return first, None
+    with db.read() as session:
+        unsure = repo.count_unsure(session, first.run_id, sampling.auto_threshold)
+    if unsure == 0:
+        return first, None
+    return first, prelabel(db, project_name, engine, samples=sampling.auto_max, refines=first.run_id, **options)
+
+
 ReadResult = tuple[int, "Decision | None", "str | None", int, "float | None"]
 
 
@@ -273,12 +342,12 @@ class _Reader:
     the caller's commits. The queue is bounded: a slow database holds the reads back.
     """
 
-    def __init__(self, db: Database, project_id: int, run_id: int, only_unlabeled: bool, reading: tuple, page: int):
+    def __init__(self, db: Database, project_id: int, run_id: int, which: tuple, reading: tuple, page: int):
         self.results: queue.Queue = queue.Queue(maxsize=4 * page)
         self._stopped = threading.Event()
         self._fed: deque[tuple[int, Any]] = deque()  # handed to the engine, not answered yet
         self._source_failed: Exception | None = None  # the pending items could not be listed
-        self._source = (db, project_id, run_id, only_unlabeled, page)
+        self._source = (db, project_id, run_id, which, page)
         self._reading = reading
         threading.Thread(target=self._run, name=f"prelabel-run-{run_id}", daemon=True).start()
 
@@ -286,12 +355,12 @@ class _Reader:
         self._stopped.set()
 
     def _items(self) -> Iterator[Any]:
-        db, project_id, run_id, only_unlabeled, page = self._source
+        db, project_id, run_id, (only_unlabeled, unsure_in), page = self._source
         after = 0
         while not self._stopped.is_set():
             try:
                 with db.read() as session:
-                    ids = repo.pending_item_ids(session, project_id, run_id, after, page, only_unlabeled)
+                    ids = repo.pending_item_ids(session, project_id, run_id, after, page, only_unlabeled, unsure_in)
                     states = [item.text for item in repo.items_by_id(session, ids)]
             except Exception as exc:  # noqa: BLE001 - ends the feed; the run must not read it as "all done"
                 self._source_failed = exc

@@ -300,12 +300,45 @@ def build(studio: Studio) -> None:
         current = [q.id for q in studio.schema()[1].questions]
         return gr.update(choices=current, value=current[0])
 
+    def pick_up_reads(session: dict | None, request: gr.Request) -> tuple:
+        """On every tick: where the card shows no suggestion yet, or the queue is empty, and a read was
+        stored since the last look, show the card's new suggestion or the queue's first card. A card with
+        a suggestion is never touched, and the card being answered is never swapped for another item.
+
+        The session is updated in place, never returned: an answer given meanwhile replaces the session,
+        and a tick that started before it must not put the old card back."""
+        unchanged = tuple(gr.skip() for _ in outputs[1:])
+        card = session.get("card") if session else None
+        if not session or (card is not None and (card.suggestion is not None or card.blind)):
+            return unchanged
+        mark = annotation.reads_mark(studio.db, studio.schema()[0])
+        if mark == session.get("reads_mark"):
+            return unchanged
+        session["reads_mark"] = mark
+        who = studio.annotator(request)
+        if card is None:
+            card = annotation.next_card(
+                studio.db, studio.project, session["question"], session["strategy"], who, run=session.get("run")
+            )
+            page = show(card, session, who)
+        else:
+            card = annotation.load_card(
+                studio.db, card.project_id, card.item_id, card.question, card.question_row, session.get("run"), who
+            )
+            if card.suggestion is None:
+                return unchanged
+            page = show(card, session, who)
+            page[0]["shown_at"] = session["shown_at"]  # the time spent on the item counts from when it was shown
+        session.update(page[0])
+        return page[1:]
+
     studio.on_load.append((questions, [], [question]))
     studio.on_load.append((lambda: gr.update(choices=run_choices(studio), value=LATEST), [], [run_pick]))
     studio.on_load.append((lambda: background_line(studio.project), [], [prelabeling]))
     ticker.tick(
         lambda: background_line(studio.project), [], [prelabeling], api_visibility="private", show_progress="hidden"
     )
+    ticker.tick(pick_up_reads, [state], outputs[1:], api_visibility="private", show_progress="hidden")
     # Answers skip Gradio's queue: each is a few milliseconds of work, and the queue's round trips would
     # cost more than the work itself on every key an annotator presses.
     fast = {"queue": False, "show_progress": "hidden"}

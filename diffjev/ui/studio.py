@@ -28,7 +28,7 @@ from diffjev.models import ModelLoadError
 from diffjev.passwords import PasswordBook
 from diffjev.schema import Schema
 from diffjev.services.importing import import_items
-from diffjev.services.prelabel import interrupt_stale_runs, prelabel
+from diffjev.services.prelabel import interrupt_stale_runs, prelabel_quick_first
 from diffjev.settings import Listening, start_listening
 from storage import repo
 from storage.db import Database
@@ -300,7 +300,7 @@ def main(listening: Listening | None = None) -> None:
     # by their address. So each studio process keeps its files in a folder of its own.
     os.environ.setdefault("GRADIO_TEMP_DIR", tempfile.mkdtemp(prefix="diffjev-files-"))
     # On a first start there is something to label at once: the demo is pre-labeled as soon as the model is up.
-    demo_prelabel = (lambda chosen: prelabel(db, name, chosen.engine)) if created else None
+    demo_prelabel = (lambda chosen: prelabel_quick_first(db, name, chosen.engine)) if created else None
     slot = EngineSlot.loading(lambda: choose_engine(EngineChoice()), then=demo_prelabel)
     studio = Studio(db, slot, name)
     if auth is None and listening.host not in LOCAL_HOSTS and not studio.hub_sign_in:
