@@ -80,7 +80,9 @@ class AutoregressiveEngine(CanvasEngine):
         self.batch_size = batch_size
         # Only an instruction-tuned model knows the chat turn; a base model reads plain text better.
         self._priors: dict[tuple, dict[str, SlotRead]] = {}
-        self.instruction_tuned = looks_instruction_tuned(self.model_name) if instruction_tuned is None else instruction_tuned
+        self.instruction_tuned = (
+            looks_instruction_tuned(self.model_name) if instruction_tuned is None else instruction_tuned
+        )
 
     @classmethod
     def offline(cls, mode: str = OFFLINE_MODE, **kwargs: Any) -> "AutoregressiveEngine":
