@@ -97,7 +97,7 @@ def test_an_options_read_keeps_the_decision_shapes(causal_lm, tokenizer):
     method = d.answers["method"]
     assert set(method.probabilities) == {"wire transfer", "credit card", "cash"}
     assert sum(method.probabilities.values()) == pytest.approx(1.0) and 0 < method.label_mass < 1
-    assert d.diagnostics["engine"] == "autoregressive-options" and d.diagnostics["model_passes"] == 3
+    assert d.diagnostics["engine"] == "autoregressive-options" and d.diagnostics["model_passes"] == 2
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +107,7 @@ def offline_demo_rows():
     return {row["question"]: row for row in benchmark("offline_accuracy").demo_accuracy(engine)}
 
 
-# Measured on the whole demo: team 0.62 (chance and majority 0.33); urgent 0.52 (majority 0.55) and tone
+# Measured on the whole demo: team 0.62 (chance 0.33, majority 0.40); urgent 0.52 (majority 0.55) and tone
 # 0.23 (majority 0.50) are not yet above chance with this 270M base model: known shortfalls, kept visible.
 SHORT_OF_CHANCE = pytest.mark.xfail(strict=True, reason="the 270M base model reads this question no better than chance")
 

@@ -94,8 +94,8 @@ class AutoregressiveEngine(CanvasEngine):
         return engine
 
     def passes_per_canvas(self, schema) -> int:
-        if self.mode == "options":  # the item's shared prompt, then one pass per question
-            return 1 + len(schema.questions)
+        if self.mode == "options":  # the item's shared prompt, then one pass over every question and option
+            return 2
         return len(schema.questions) if self.mode == "sequential" else 1
 
     def check_schema(self, schema: Schema) -> None:
@@ -151,28 +151,37 @@ class AutoregressiveEngine(CanvasEngine):
         shared = min(tokens.shared, min(len(ids) for ids in tokens.prompts.values()) - 1)
         first = next(iter(tokens.prompts.values()))
         prefix = self.model.model(input_ids=torch.tensor([first[:shared]], device=self.device), use_cache=True)
-        return {
-            qid: self._score_options(prefix.past_key_values, ids[shared:], tokens.options[qid])
-            for qid, ids in tokens.prompts.items()
-        }
-
-    def _score_options(self, prefix_cache: Any, question: list[int], options: list[list[int]]) -> SlotRead:
-        # One row per option: the question's tokens, then the option's, padded on the right (a causal model
-        # never reads the padding into the positions before it).
-        width = len(question) + max(len(o) for o in options) - 1
-        rows = [(question + o[:-1] + [self.builder.format.pad_id] * width)[:width] for o in options]
-        cache = copy.deepcopy(prefix_cache)
-        cache.batch_repeat_interleave(len(options))
+        # One row per question, and one more per option of more than one token (its tokens but the last after
+        # the question): every question and option read in a single pass over the shared prefix's cache.
+        rows: list[list[int]] = []
+        where: dict[str, tuple[int, int, list[int]]] = {}  # question id -> (answer position, its row, option rows)
+        for qid, ids in tokens.prompts.items():
+            question = ids[shared:]
+            where[qid] = (len(question) - 1, len(rows), [])
+            rows.append(question)
+            for option in tokens.options[qid]:
+                where[qid][2].append(len(rows) if len(option) > 1 else where[qid][1])
+                if len(option) > 1:
+                    rows.append(question + option[:-1])
+        width = max(len(r) for r in rows)
+        # Padded on the right: a causal model never reads the padding into the positions before it.
+        padded = [r + [self.builder.format.pad_id] * (width - len(r)) for r in rows]
+        cache = copy.deepcopy(prefix.past_key_values)
+        cache.batch_repeat_interleave(len(rows))
         hidden = self.model.model(
-            input_ids=torch.tensor(rows, device=self.device), past_key_values=cache, use_cache=True
+            input_ids=torch.tensor(padded, device=self.device), past_key_values=cache, use_cache=True
         ).last_hidden_state
-        answer_at = len(question) - 1  # the row that predicts every option's first token
-        first = head_logprobs(self.model, hidden[0, answer_at : answer_at + 1])[0]
+        return {qid: self._score_options(hidden, *where[qid], tokens.options[qid]) for qid in tokens.prompts}
+
+    def _score_options(
+        self, hidden: torch.Tensor, answer_at: int, row: int, option_rows: list[int], options: list[list[int]]
+    ) -> SlotRead:
+        first = head_logprobs(self.model, hidden[row, answer_at : answer_at + 1])[0]  # every option's first token
         totals = []
-        for i, option in enumerate(options):
+        for option, option_row in zip(options, option_rows):
             total = first[option[0]]
             if len(option) > 1:
-                later = head_logprobs(self.model, hidden[i, answer_at + 1 : answer_at + len(option)])
+                later = head_logprobs(self.model, hidden[option_row, answer_at + 1 : answer_at + len(option)])
                 total = total + later[torch.arange(len(option) - 1), torch.tensor(option[1:])].sum()
             totals.append(float(total))
         top = int(first.argmax())
