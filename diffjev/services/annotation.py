@@ -256,6 +256,7 @@ def load_card(
                     "answer": s.answer,
                     "distribution": dict(s.distribution),
                     "confidence": s.confidence,
+                    "label_mass": s.label_mass,
                     "stderr": s.stderr,
                     "draws": s.draws,
                     "run": s.run_id,

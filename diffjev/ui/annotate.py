@@ -19,6 +19,8 @@ from diffjev.ui.context import Studio, md_text, refusal
 from diffjev.ui.data import LATEST, LATEST_LABEL, keep_pick, pick_of, run_choices
 
 MAX_KEYS = 9
+# Under this share of the probability on the answers, the distribution is a guess and the tab says so.
+LOW_LABEL_MASS = 0.1
 HELP = (
     "**Keys:** Enter or A accept the model's answer · 1–9 pick an answer (or click it in the distribution) · "
     "S skip (it waits in the Skipped queue) · U or Backspace undo (back to when you pressed Start)"
@@ -105,6 +107,16 @@ def options_html(question) -> str:
     return f"<ul class='dj-options' style='list-style: none; padding-left: 0'>{rows}</ul>"
 
 
+def low_mass_notice(label_mass: float | None) -> str:
+    """A warning line when the model put little of its probability on the question's answers at all: the
+    distribution drawn is then renormalised from scraps, and reads far surer than the model was."""
+    if label_mass is None or label_mass >= LOW_LABEL_MASS:
+        return ""
+    percent = label_mass * 100
+    share = f"{percent:.1f}%" if percent >= 0.1 else "less than 0.1%"
+    return f"  \n⚠ The model put {share} of its probability on these answers: treat this as a guess."
+
+
 def build(studio: Studio) -> None:
     with gr.Row():
         # Filled when the page loads, so the page and API description served before a login hold none of the
@@ -169,6 +181,7 @@ def build(studio: Studio) -> None:
                 text += f" ± {s['stderr']:.2f} over {s['draws']} reads"
             if s.get("calibrated") is not None:
                 text += f"; calibrated confidence {s['calibrated']:.2f}"
+            text += low_mass_notice(s.get("label_mass"))
         if card.current is not None:
             text += f"  \nYour current answer: **{md_text(card.current)}**"
         pick_updates = [
