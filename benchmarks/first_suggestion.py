@@ -185,10 +185,15 @@ def run_trial(workdir: Path, cache: Path, model: Path | None, cap: float, browse
 
 
 def offline_accuracy_rows() -> list[str]:
-    # HOOK (offline accuracy): benchmarks/offline_accuracy.py measures the offline model's accuracy per
-    # demo question against the demo's expected answers, with the label mass and chance. Call it here
-    # and return its table's lines, so this benchmark prints them under the first-suggestion table.
-    return []
+    """The offline model's accuracy per demo question against the demo's expected answers, with the label
+    mass and chance (benchmarks/offline_accuracy.py), as table lines."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import offline_accuracy
+
+    rows = []
+    for engine in offline_accuracy.offline_engines(["single", "options"]):
+        rows.extend(offline_accuracy.demo_accuracy(engine))
+    return offline_accuracy.table(rows).splitlines()
 
 
 def shown(values: list[float | None], cap: float) -> str:
@@ -237,6 +242,8 @@ def main() -> None:
         print(f"| {engine} | {cache_kind} (n={len(trials)}) | " + " | ".join(cells) + " |")
     print()
     print("Goals: " + "; ".join(GOALS.values()))
+    print()
+    print("The offline model on the demo, one read per ticket, against each ticket's expected answers:")
     for line in offline_accuracy_rows():
         print(line)
 
