@@ -423,11 +423,29 @@ def _jsonl_records(path: Any) -> Iterator[Any]:
                 yield line, Rejected(line, "bytes that are not UTF-8")
                 continue
             try:
-                yield line, json.loads(text)
+                record = json.loads(text)
             except ValueError as exc:
                 yield line, Rejected(line, f"not valid JSON ({exc.msg})")
             except RecursionError:
                 yield line, Rejected(line, "JSON nested too deep to read (about 1,000 levels at most); flatten it")
+            else:
+                # The line decoded as UTF-8, so a surrogate in it came from a \udXXX escape, never from a byte:
+                # name it as one (later checks cannot tell the two apart once parsed).
+                yield line, _escaped_surrogate(line, record) or record
+
+
+def _escaped_surrogate(line: int, record: Any) -> Rejected | None:
+    if not isinstance(record, dict):
+        return None
+    for name, value in record.items():  # a surrogate in a field's name is named by the field checks
+        if isinstance(value, str) and _SURROGATE.search(value):
+            shown = name.encode("utf-8", "backslashreplace").decode("utf-8")  # shows a surrogate as its escape
+            return Rejected(
+                line,
+                f"a lone surrogate escape (such as \\ud800) in the field {shown!r} is not valid Unicode; "
+                f"write the whole surrogate pair or remove it",
+            )
+    return None
 
 
 def _parquet_records(path: Any) -> Iterator[Any]:

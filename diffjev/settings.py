@@ -103,7 +103,7 @@ def listen_port(env: Mapping[str, str]) -> tuple[int, str]:
         raw = env.get(name, "").strip()
         if not raw:
             continue
-        if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= 65535:  # not '²' or full-width digits
             raise SettingError(f"{name}={raw!r} is not a port: give a whole number from 1 to 65535, or unset it")
         return int(raw), name
     return DEFAULT_PORT, PORT_SETTINGS[0]

@@ -57,6 +57,15 @@ DEEP = b'{"id": "bad", "text": "deep", "tree": ' + b"[" * 100_000 + b"]" * 100_0
 BAD_JSONL = {
     "lone surrogate in the text": (b'{"id": "bad", "text": "broken \\ud800 escape"}', "lone surrogate escape"),
     "lone surrogate in a field name": (b'{"id": "bad", "text": "ok", "k\\udc00": 1}', "context field"),
+    # \udc80..\udcff are also what undecodable bytes become: an escape of one is still named as an escape
+    "lone low surrogate escape in the id": (
+        b'{"id": "sur-\\udc80", "text": "ok"}',
+        "lone surrogate escape (such as \\ud800) in the field 'id'",
+    ),
+    "lone low surrogate escape in a context field": (
+        b'{"id": "bad", "text": "ok", "note": "x\\udcff"}',
+        "lone surrogate escape (such as \\ud800) in the field 'note'",
+    ),
     "integer beyond 64 bits": (
         b'{"id": "bad", "text": "ok", "n": 123456789012345678901234567890}',
         "context field 'n' holds an integer beyond 64 bits",

@@ -74,6 +74,9 @@ def test_help_lists_every_setting_with_its_default_and_loads_nothing(tmp_path, f
         ({"GRADIO_SERVER_PORT": "abc"}, "GRADIO_SERVER_PORT='abc'"),
         ({"GRADIO_SERVER_PORT": "70000", "PORT": "7861"}, "GRADIO_SERVER_PORT='70000'"),
         ({"PORT": "0"}, "PORT='0'"),
+        # str.isdigit() is true for these, int() refuses or reads them: a port is ASCII digits only
+        ({"GRADIO_SERVER_PORT": "\u00b2"}, "GRADIO_SERVER_PORT='\u00b2'"),
+        ({"PORT": "\uff17\uff18\uff17\uff11"}, "PORT='\uff17\uff18\uff17\uff11'"),
     ],
 )
 def test_a_bad_port_is_one_line_naming_the_setting(tmp_path, settings, named):
