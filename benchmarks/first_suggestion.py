@@ -20,7 +20,7 @@ Cache: `cold` is a fresh empty DIFFJEV_CACHE (the offline model is converted fro
 reuses the cache a cold trial filled.
 
 Run: python benchmarks/first_suggestion.py [--engines offline,diffusion] [--repeat-cold 1] [--repeat-warm 3]
-     [--cap 600]
+     [--cap 600] [--no-accuracy]
 Each wait is capped at --cap seconds from the start; a figure past it prints as "> cap s".
 """
 
@@ -208,6 +208,12 @@ def main() -> None:
     parser.add_argument("--repeat-cold", type=int, default=1)
     parser.add_argument("--repeat-warm", type=int, default=3)
     parser.add_argument("--cap", type=float, default=600.0, help="seconds from start before a wait gives up")
+    parser.add_argument(
+        "--accuracy",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also print the offline model's demo accuracy (benchmarks/offline_accuracy.py)",
+    )
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -242,10 +248,11 @@ def main() -> None:
         print(f"| {engine} | {cache_kind} (n={len(trials)}) | " + " | ".join(cells) + " |")
     print()
     print("Goals: " + "; ".join(GOALS.values()))
-    print()
-    print("The offline model on the demo, one read per ticket, against each ticket's expected answers:")
-    for line in offline_accuracy_rows():
-        print(line)
+    if args.accuracy:
+        print()
+        print("The offline model on the demo, one read per ticket, against each ticket's expected answers:")
+        for line in offline_accuracy_rows():
+            print(line)
 
 
 if __name__ == "__main__":
