@@ -5,15 +5,19 @@ reading ("single": one pass over the joint canvas, noise in the answer slots) an
 ("options": each question with its own prompt, options listed, whole option names scored).
 
 `demo_accuracy(engine)` is the measurement; `benchmarks/first_suggestion.py` can call it for its table.
-Run: python benchmarks/offline_accuracy.py [--items 60] [--modes single,options]
+Run: python benchmarks/offline_accuracy.py [--items 60] [--modes single,options] [--heldout]
+(--heldout reads tests/data/offline_heldout.jsonl instead: tickets worded unlike the demo, with their own
+expected answers, so a reading is not chosen for the demo's wording alone.)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from diffjev import Schema, read_many
@@ -22,11 +26,20 @@ from diffjev.engines import AutoregressiveEngine
 from diffjev.models import OFFLINE_GEMMA
 
 
-def demo_accuracy(engine: Any, items: int = 60) -> list[dict[str, Any]]:
+HELDOUT = Path(__file__).parent.parent / "tests" / "data" / "offline_heldout.jsonl"
+
+
+def heldout_tickets() -> list[dict[str, str]]:
+    """Tickets with the demo's questions but not its wording, each with its expected answers."""
+    return [json.loads(line) for line in HELDOUT.read_text().splitlines() if line.strip()]
+
+
+def demo_accuracy(engine: Any, items: int = 60, tickets: list[dict[str, str]] | None = None) -> list[dict[str, Any]]:
     """One row per demo question: the engine's accuracy against the expected answers, and what to judge it
-    by. One read per ticket (no extra noise draws), so every reading is measured at the same cost."""
+    by. One read per ticket (no extra noise draws), so every reading is measured at the same cost. The
+    tickets are the demo's first `items` unless others (the held-out set) are given."""
     schema = Schema.from_dict({**TICKETS_SCHEMA, "samples": 1})
-    tickets = demo_tickets(items)
+    tickets = demo_tickets(items) if tickets is None else tickets
     started = time.perf_counter()
     decisions = list(read_many(schema, [t["text"] for t in tickets], engine))
     seconds = (time.perf_counter() - started) / len(tickets)
@@ -82,10 +95,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=60, help="demo tickets to read (default 60, the whole demo)")
     parser.add_argument("--modes", default="single,options", help="readings to compare, comma-separated")
+    parser.add_argument("--heldout", action="store_true", help=f"read {HELDOUT.name} instead of the demo")
     args = parser.parse_args()
+    tickets = heldout_tickets() if args.heldout else None
     rows = []
     for engine in offline_engines(args.modes.split(",")):
-        rows.extend(demo_accuracy(engine, args.items))
+        rows.extend(demo_accuracy(engine, args.items, tickets))
     print(table(rows), flush=True)
 
 

@@ -120,6 +120,18 @@ def test_the_offline_model_answers_the_demo_question_above_chance(offline_demo_r
     assert row["accuracy"] >= max(row["chance"], row["majority"]) + 0.1, row
 
 
+def test_the_held_out_tickets_carry_an_answer_from_the_demo_schema_for_every_question():
+    from diffjev.demo import EXPECTED_FIELDS, TICKETS_SCHEMA, demo_tickets
+
+    tickets = benchmark("offline_accuracy").heldout_tickets()
+    schema = Schema.from_dict(TICKETS_SCHEMA)
+    assert len(tickets) == 24 and len({t["id"] for t in tickets}) == 24
+    assert not {t["text"] for t in tickets} & {t["text"] for t in demo_tickets(60)}  # none of the demo's wording
+    for q in schema.questions:
+        answers = [t[EXPECTED_FIELDS[q.id]] for t in tickets]
+        assert set(answers) == set(q.names), (q.id, answers)  # every option expected somewhere, nothing else
+
+
 def test_the_low_label_mass_notice_says_how_little_and_what_to_do():
     assert low_mass_notice(0.0046) == (
         "  \n⚠ The model put 0.5% of its probability on these answers: treat this as a guess."
