@@ -80,3 +80,27 @@ def test_the_card_being_answered_gets_its_suggestion_and_stays(browser, tmp_path
             run = session.scalar(select(Suggestion.run_id).where(Suggestion.id == response.suggestion_id))
             first_run = session.scalar(select(func.min(Run.id)))
         assert (response.source, item, run) == ("accepted", shown.removeprefix("item "), first_run)
+
+
+def test_undo_still_works_after_the_queue_ran_empty_and_the_tab_ticked(browser, tmp_path, dgemma_engine):
+    db = studio_db(tmp_path / "undo-empty.db", TEXTS[:2], schema={**TICKETS, "samples": 1})
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(server.url)
+        start(page, "Unlabeled, in order")
+        page.wait_for_function("document.querySelector('#suggestion-info').innerText.includes('No suggestion')")
+        page.locator("body").click()
+        for key in ("1", "2"):
+            page.keyboard.press(key)
+            page.wait_for_timeout(1_000)
+        page.wait_for_function("document.querySelector('#annotate-progress').innerText.includes('Nothing left')")
+        # Reads arrive while the queue is empty: the tab's tick looks for a card and finds none.
+        prelabel(db, "tickets", dgemma_engine)
+        page.wait_for_timeout(5_000)
+        page.keyboard.press("u")
+        page.wait_for_function(
+            "document.querySelector('#annotate-progress').innerText.includes('Undone')", timeout=30_000
+        )
+        with db.read() as session:
+            assert session.scalar(select(func.count()).select_from(Response)) == 1

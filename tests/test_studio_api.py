@@ -7,7 +7,7 @@ import time
 import httpx
 import pytest
 from gradio_client import Client, handle_file
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from diffjev.engines.base import Engine
 from storage.models import ItemRead, Response, Run
@@ -220,3 +220,18 @@ def test_undoing_a_skip_says_the_skip_is_taken_back_and_undoing_an_answer_says_t
         after_answer = str(annotator.predict(api_name="/undo"))
     assert "Undone: the skip is taken back; the item is here again." in after_skip
     assert "Undone: the last answer is back for another look." in after_answer
+
+
+def test_undo_after_the_queue_ran_empty_takes_back_the_last_answer(tmp_path, dgemma_engine):
+    db = studio_db(tmp_path / "undo-empty.db", ["The site is down", "Refund my invoice"], dgemma_engine)
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        annotator = Client(server.url, verbose=False)
+        annotator.predict("team", "Unlabeled, in order", api_name="/annotate_start")
+        annotator.predict(api_name="/accept")
+        emptied = str(annotator.predict(api_name="/accept"))
+        assert "Nothing left in this queue" in emptied
+        after = str(annotator.predict(api_name="/undo"))
+    assert "Undone: the last answer is back for another look." in after
+    with db.read() as session:
+        assert session.scalar(select(func.count()).select_from(Response)) == 1
