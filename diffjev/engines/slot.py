@@ -54,7 +54,8 @@ class EngineSlot:
             chosen = load()
         except (EngineError, ModelLoadError) as exc:  # written for people: the header shows its first line
             log.warning("no model to pre-label with: %s", exc)
-            self.error = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            self.error = first_line.rstrip(".")  # the page ends the sentence: "….." never shows
         except Exception:  # anything else: the detail goes to the log, never to the page
             log.exception("loading the model failed")
             self.error = "loading the model failed; the studio's log has the detail"
