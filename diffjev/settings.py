@@ -43,6 +43,7 @@ SETTINGS: tuple[Setting, ...] = (
         DEFAULT_DIFFUSION_MODEL,
         "a diffusion model read in-process: a folder or a Hub name (else the offline Gemma 3 270M)",
     ),
+    Setting("DIFFJEV_TOKENIZER", "the model's own", "a tokenizer folder, where the model's cannot be downloaded here"),
     Setting("DIFFJEV_CACHE", "~/.cache/diffjev", "where the offline model is converted once and kept"),
     Setting("DIFFJEV_USERS", "unset: no login", "user:password (or user:hash) pairs, comma-separated: a login"),
     Setting("DIFFJEV_ALLOW_ANONYMOUS", "unset", "1: listen beyond localhost with no login, on purpose"),

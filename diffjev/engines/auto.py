@@ -22,7 +22,7 @@ class EngineChoice:
     kind: str = "auto"
     url: str | None = None  # default: $DIFFJEV_VLLM_URL
     model: str | None = None  # default: $DIFFJEV_VLLM_MODEL for a server, $DIFFJEV_MODEL in-process
-    tokenizer: str | None = None
+    tokenizer: str | None = None  # default: $DIFFJEV_TOKENIZER, else the model's own
     canvas_length: int = 64
     api_key: str | None = None  # default: $DIFFJEV_VLLM_API_KEY; sent only in the Authorization header
 
@@ -52,6 +52,8 @@ def check_choice(choice: EngineChoice) -> str | None:
 
 def choose_engine(choice: EngineChoice) -> ChosenEngine:
     url = check_choice(choice)
+    # A vLLM server names a model its tokenizer may not be downloadable for here: a folder can stand in.
+    tokenizer = choice.tokenizer or os.environ.get("DIFFJEV_TOKENIZER") or None
     if url:
         model = choice.model or os.environ.get("DIFFJEV_VLLM_MODEL")
         api_key = choice.api_key or os.environ.get("DIFFJEV_VLLM_API_KEY") or None
@@ -64,7 +66,7 @@ def choose_engine(choice: EngineChoice) -> ChosenEngine:
             )
         from diffjev.engines.vllm import VLLMServerEngine
 
-        engine = VLLMServerEngine(url, model, choice.tokenizer, canvas_length=choice.canvas_length, api_key=api_key)
+        engine = VLLMServerEngine(url, model, tokenizer, canvas_length=choice.canvas_length, api_key=api_key)
         return ChosenEngine(engine, f"vLLM server at {shown_url(url)}, model {model}")
     if choice.kind.startswith("autoregressive"):  # DIFFJEV_MODEL names a diffusion model: only --model applies
         from diffjev.engines.autoregressive import AutoregressiveEngine
@@ -73,13 +75,13 @@ def choose_engine(choice: EngineChoice) -> ChosenEngine:
         if choice.model is None:
             engine = AutoregressiveEngine.offline(mode=mode)
         else:
-            engine = AutoregressiveEngine(choice.model, choice.tokenizer, mode=mode, canvas_length=choice.canvas_length)
+            engine = AutoregressiveEngine(choice.model, tokenizer, mode=mode, canvas_length=choice.canvas_length)
         return ChosenEngine(engine, f"autoregressive baseline ({mode}), model {engine.model_name}")
     model = choice.model or os.environ.get("DIFFJEV_MODEL") or DEFAULT_DIFFUSION_MODEL
     from diffjev.engines.transformers import TransformersEngine
 
     try:
-        engine = TransformersEngine(model, choice.tokenizer, canvas_length=choice.canvas_length)
+        engine = TransformersEngine(model, tokenizer, canvas_length=choice.canvas_length)
         return ChosenEngine(engine, f"transformers, {engine.family} diffusion model {model}")
     except ModelLoadError as exc:
         if choice.kind == "transformers":
