@@ -87,6 +87,17 @@ def _module_graph() -> dict[str, set[str]]:
     return graph
 
 
+def _reachable(graph: dict[str, set[str]], starts) -> set[str]:
+    """Every module reached from `starts` by following imports (the starts included)."""
+    seen, todo = set(), list(starts)
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph[module])
+    return seen
+
+
 def test_storage_uses_only_the_core_and_nothing_in_the_core_reaches_storage():
     graph = _module_graph()
     for name, targets in graph.items():
@@ -94,14 +105,7 @@ def test_storage_uses_only_the_core_and_nothing_in_the_core_reaches_storage():
             above = sorted(t for t in targets if t.startswith(("diffjev.services", "diffjev.ui", "diffjev.cli")))
             assert above == [], f"{name} imports {above}: storage sits below the services and the UI"
     # Everything the core reaches, following imports, stays out of storage.
-    seen, todo = set(), [m for m in CORE if m in graph]
-    while todo:
-        module = todo.pop()
-        if module in seen:
-            continue
-        seen.add(module)
-        todo.extend(graph[module])
-    assert not [m for m in seen if m.startswith("storage")]
+    assert not [m for m in _reachable(graph, [m for m in CORE if m in graph]) if m.startswith("storage")]
 
 
 @pytest.mark.parametrize("root", ["storage", "diffjev"])
@@ -109,13 +113,7 @@ def test_no_import_cycle_crosses_the_two_packages(root):
     graph = _module_graph()
     # A cycle that crosses packages: a storage module reaching a diffjev module that reaches back.
     for start in [m for m in graph if m.startswith(root)]:
-        seen, todo = set(), list(graph[start])
-        while todo:
-            module = todo.pop()
-            if module in seen:
-                continue
-            seen.add(module)
-            todo.extend(graph[module])
+        seen = _reachable(graph, graph[start])
         crossed = [m for m in seen if m.split(".")[0] != root]
         if crossed:
             assert start not in seen, f"{start} imports itself back through {sorted(crossed)}"
