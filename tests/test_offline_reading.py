@@ -139,3 +139,23 @@ def test_the_low_label_mass_notice_says_how_little_and_what_to_do():
     assert "less than 0.1% of its probability" in low_mass_notice(0.0004)
     assert "9.9% of its probability" in low_mass_notice(0.099)
     assert low_mass_notice(0.1) == low_mass_notice(0.93) == low_mass_notice(None) == ""
+
+
+def test_the_options_reading_takes_one_read_per_item_and_no_second_pass(tmp_path, causal_lm, tokenizer):
+    """The options reading draws no noise: a second run of "more draws" would only read the same again."""
+    import pandas as pd
+
+    from diffjev.demo import TICKETS_SCHEMA
+    from diffjev.services.importing import import_items
+    from diffjev.services.prelabel import prelabel_quick_first
+    from storage import repo
+    from storage.db import Database
+
+    engine = AutoregressiveEngine(causal_lm, tokenizer, mode="options")
+    assert not engine.draws_vary
+    db = Database(tmp_path / "options.db")
+    with db.session() as session:
+        repo.create_project(session, "p", Schema.from_dict(TICKETS_SCHEMA), "t")  # samples "auto"
+    import_items(db, "p", pd.DataFrame({"text": ["The site is down", "Refund my invoice"]}), actor="t")
+    first, second = prelabel_quick_first(db, "p", engine)
+    assert (first.status, first.read, second) == ("completed", 2, None)

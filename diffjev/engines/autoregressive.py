@@ -102,6 +102,11 @@ class AutoregressiveEngine(CanvasEngine):
         if self.mode != "options":  # the options read puts no canvas, so no template, on the model
             super().check_schema(schema)
 
+    @property
+    def draws_vary(self) -> bool:
+        # The options reading puts no noise anywhere: another draw would read exactly the same.
+        return self.mode != "options" and super().draws_vary
+
     def _decide_chunk(self, schema: Schema, states: Sequence[Any], seed: int, *args: Any, **kwargs: Any):
         if self.mode != "options":
             return super()._decide_chunk(schema, states, seed, *args, **kwargs)
