@@ -49,8 +49,11 @@ def test_the_server_going_away_mid_run_stops_it_and_a_resume_completes_it(tmp_pa
     server = LocalServer(create_app(dgemma_engine, SERVED_NAME, canvas_length=64)).__enter__()
     engine = VLLMServerEngine(server.url, SERVED_NAME, tokenizer, max_in_flight=2)
 
-    def server_goes_away(progress):
-        if progress.done == 8:
+    gone = []
+
+    def server_goes_away(progress):  # batches grow 1, 2, 4, 8, 8 ...: after the fourth, 15 items are stored
+        if progress.done >= 8 and not gone:
+            gone.append(progress.done)
             server.__exit__(None, None, None)  # the port closes: every later read is refused
 
     report = prelabel(
@@ -141,8 +144,9 @@ db = Database(sys.argv[1])
 marker = Path(sys.argv[3])
 
 @event.listens_for(db.engine, "commit")
-def hold_the_third_batch(conn):  # its rows are written in the transaction, the COMMIT not yet sent
-    if conn.exec_driver_sql("SELECT count(*) FROM item_reads").scalar() > 16 and not marker.exists():
+def hold_the_fifth_batch(conn):  # its rows are written in the transaction, the COMMIT not yet sent
+    # Batches grow 1, 2, 4, 8, 8 ...: the first four hold 15 items; past that, the fifth is being committed.
+    if conn.exec_driver_sql("SELECT count(*) FROM item_reads").scalar() > 15 and not marker.exists():
         marker.write_text("in commit")
         time.sleep(600)
 
@@ -159,8 +163,8 @@ def test_sigkill_during_a_batch_commit_leaves_whole_batches(tmp_path, tiny_model
     kill_when_paused(child, marker)
     assert integrity(db) == "ok"
     ok, suggestions, distinct, orphans = counts(db)
-    assert ok == 16, "the two committed batches stay; the third, killed inside its commit, leaves nothing"
-    assert (suggestions, distinct, orphans) == (48, 48, 0)
+    assert ok == 15, "the four committed batches stay; the fifth, killed inside its commit, leaves nothing"
+    assert (suggestions, distinct, orphans) == (45, 45, 0)
 
 
 PAUSE_IN_EXPORT = """
