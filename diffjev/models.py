@@ -152,8 +152,10 @@ def gguf_facts(path: Path) -> dict[str, Any]:
         "finetune": text("general.finetune"),
         "has_chat_template": "tokenizer.chat_template" in reader.fields,
     }
-    tags = " ".join(str(facts[k] or "") for k in ("name", "finetune")).lower().replace("_", "-")
-    named_tuned = any(tag in tags.split() or tags.endswith(tag) for tag in ("-it", "it", "instruct", "chat"))
+    words = " ".join(str(facts[k] or "") for k in ("name", "finetune")).lower().replace("_", "-").split()
+    # A word of its own ("Gemma 3 270m IT") or a suffix ("gemma-3-270m-it"); never a word that merely ends
+    # in the letters ("Toolkit").
+    named_tuned = any(w in ("it", "instruct", "chat") or w.endswith(("-it", "-instruct", "-chat")) for w in words)
     facts["instruction_tuned"] = bool(facts["has_chat_template"] or named_tuned)
     return facts
 

@@ -48,6 +48,9 @@ def test_a_gguf_with_a_chat_template_or_an_it_tag_is_read_as_instruction_tuned(t
     base = write(tmp_path / "c.gguf", **{"general.name": "Gemma 3 270m"})
     assert gguf_facts(templated)["instruction_tuned"] and gguf_facts(tagged)["instruction_tuned"]
     assert not gguf_facts(base)["instruction_tuned"]
+    suffixed = write(tmp_path / "d.gguf", **{"general.name": "gemma-3-270m-it"})
+    toolkit = write(tmp_path / "e.gguf", **{"general.name": "Gemma Toolkit"})  # ends in the letters, not the tag
+    assert gguf_facts(suffixed)["instruction_tuned"] and not gguf_facts(toolkit)["instruction_tuned"]
 
 
 MULTI_TOKEN = {
