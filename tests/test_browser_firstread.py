@@ -47,8 +47,17 @@ def test_an_empty_queue_turns_into_a_card_when_suggestions_arrive(browser, tmp_p
         read_in_the_background(db, dgemma_engine, first.run_id).join(120)
         # Nothing is pressed: the tab's own tick finds the stored suggestions and shows the next card.
         page.wait_for_selector(DISTRIBUTION, timeout=30_000)
-        assert page.inner_text("#item .dj-id") in {"item t1", "item t2", "item t3"}
+        picked = page.inner_text("#item .dj-id")
+        assert picked in {"item t1", "item t2", "item t3"}
         assert "Nothing left" not in page.inner_text("#annotate-progress")
+        # The card the tick brought is the one a key answers (the tick updated the session, not only the page).
+        page.locator("#accept").click()
+        page.wait_for_function(f"document.querySelector('#item .dj-id').innerText !== {json.dumps(picked)}")
+        with db.read() as session:
+            answered = session.scalars(
+                select(Item.external_id).join(Response, Response.item_id == Item.id).order_by(Response.id)
+            ).all()
+        assert answered == ["t0", picked.removeprefix("item ")]
 
 
 def test_the_card_being_answered_gets_its_suggestion_and_stays(browser, tmp_path, dgemma_engine):
