@@ -56,6 +56,12 @@ class Project(Base):
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
     # The users who may open the project in the studio; None: every user who can log in.
     members: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
+    # The users who may adjudicate, delete and change the schema besides the studio's admins; None: nobody else.
+    reviewers: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
+    # Work given to named annotators (a question, a share of the items); None: everyone sees everything.
+    assignments: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
+    # Archived projects leave the picker and take no answers; None: active.
+    archived_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
     versions: Mapped[list["SchemaVersion"]] = relationship(back_populates="project", order_by="SchemaVersion.version")
 
 

@@ -127,9 +127,54 @@ def is_member(session: Session, project_name: str, user: str) -> bool:
     return found is not None and (found.members is None or user in found.members)
 
 
-def member_of_any(session: Session, user: str) -> bool:
-    """Whether the user may use at least one project (an open one, or one that names them)."""
-    return any(members is None or user in members for members in session.scalars(select(Project.members)))
+def set_reviewers(session: Session, project_name: str, reviewers: Sequence[str] | None, actor: str) -> list[str]:
+    """The users who may adjudicate, delete and change the schema of the project besides the studio's
+    admins (none: an empty list); returns them as stored."""
+    project = get_project(session, project_name)
+    kept = sorted({r.strip() for r in reviewers or () if r.strip()})
+    project.reviewers = kept or None
+    log(session, actor, "project.reviewers", project.id, reviewers=kept)
+    return kept
+
+
+def project_access(session: Session, project_name: str, user: str, admin: bool) -> tuple[int, str] | None:
+    """The project's id and the user's role in it ("admin", "reviewer" or "annotator"), or None where the
+    user may not open it: not a member, or an annotator of an archived project, or no such project.
+
+    A project that names no reviewers is run by every member, as before roles existed; naming reviewers
+    leaves the other members answering only."""
+    found = session.execute(
+        select(Project.id, Project.members, Project.reviewers, Project.archived_at).where(Project.name == project_name)
+    ).first()
+    if found is None:
+        return None
+    role = _role(user, admin, found.members, found.reviewers, found.archived_at)
+    return (found.id, role) if role else None
+
+
+def _role(user: str, admin: bool, members: list | None, reviewers: list | None, archived_at: Any) -> str | None:
+    if admin:
+        return "admin"
+    if reviewers and user in reviewers:
+        return "reviewer"
+    if members is not None and user not in members:
+        return None
+    if reviewers is None:
+        return "reviewer"
+    return "annotator" if archived_at is None else None
+
+
+def openable_projects(session: Session, user: str, admin: bool) -> list[str]:
+    """The names of the projects the user may open, oldest first (archived ones only for those who may)."""
+    rows = session.execute(
+        select(Project.name, Project.members, Project.reviewers, Project.archived_at).order_by(Project.id)
+    )
+    return [name for name, members, reviewers, archived in rows if _role(user, admin, members, reviewers, archived)]
+
+
+def member_of_any(session: Session, user: str, admin: bool = False) -> bool:
+    """Whether the user may open at least one project."""
+    return bool(openable_projects(session, user, admin))
 
 
 def save_schema(session: Session, project: Project, schema: Schema, actor: str) -> SchemaVersion:

@@ -143,7 +143,7 @@ def test_a_non_member_cannot_open_a_restricted_project(tmp_path, dgemma_engine):
     with server:
         refused = httpx.post(f"{server.url}/login", data={"username": "alice", "password": "a-secret"}, timeout=30)
         assert refused.status_code == 403 and MARK not in refused.text
-        assert "alice is not a member of project payroll" in refused.text  # not "incorrect credentials"
+        assert "alice is not a member of any project" in refused.text  # not "incorrect credentials"
         with pytest.raises(Exception):
             Client(server.url, auth=USERS[0], verbose=False)
         shown = Client(server.url, auth=USERS[1], verbose=False).predict(
@@ -517,7 +517,7 @@ def test_a_removed_member_is_refused_at_the_next_request(tmp_path, dgemma_engine
         with db.session() as session:
             repo.set_members(session, "payroll", ["bob"], "owner")
         event, said = gradio_call(alice, "annotate_start", "team", "Least confidence first")
-        assert event == "refused" and "alice is not a member of project payroll" in said and MARK not in said
+        assert event == "refused" and "alice is not a member of any project" in said and MARK not in said
         page = alice.get("/")
         assert page.status_code == 403 and "not a member" in page.text and MARK not in page.text
         assert alice.get("/config").status_code == 403
@@ -646,8 +646,8 @@ def test_an_open_space_says_who_may_annotate(tmp_path, dgemma_engine, hub_space)
 
     db = studio_db(tmp_path / "open.db", ["one"], name="demo-tickets.v2")
     _, studio = serve_studio(db, dgemma_engine, name="demo-tickets.v2")
-    assert "Any signed-in Hugging Face user may annotate" in members_note_text(studio)
-    assert "`diffjev members --project demo-tickets.v2 user1,user2`" in members_note_text(studio)
+    assert "Any signed-in Hugging Face user may annotate" in members_note_text(studio, None)
+    assert "`diffjev members --project demo-tickets.v2 user1,user2`" in members_note_text(studio, None)
 
 
 def test_the_studio_will_not_listen_beyond_localhost_without_a_login(tmp_path):

@@ -22,7 +22,7 @@ def test_a_failed_load_is_one_sentence_without_a_doubled_full_stop():
     slot._thread.join(30)
     assert slot.settled and not slot.ready
     assert slot.error == "cannot load the tokenizer 'x/y': it is not a local folder. Pass a local folder"
-    header = header_text(_Studio(slot)).replace("&#46;", ".")  # as the page shows it
+    header = header_text(_Studio(slot), "demo").replace("&#46;", ".")  # as the page shows it
     assert ".." not in header and "Pass a local folder. Annotating" in header
 
 

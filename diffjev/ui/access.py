@@ -1,10 +1,14 @@
 """Who may reach the studio, checked on every request: the signed-in user (a password login or a Hugging
-Face sign-in) must be a member of the studio's project, and files from the outside are only uploads.
+Face sign-in) must be able to open the project the request names, and files from the outside are only
+uploads.
 
 Gradio checks a login when a page or an event starts; it does not know about projects or members, and a
 removed member's login would keep working until the server restarts. So one ASGI gate sits in front of
 every route (the page, Gradio's API and file routes, the Jev API): it resolves the user from the request
-and asks the database, each time, whether that user may use this project.
+and asks the database, each time, whether that user may open the project named by the request's
+`?project=` (the page's address, which Gradio's page sends with every event), or any project where it names
+none. Each handler then resolves its own scope (ui.context.Studio.scope), so a request that slips past the
+gate's reading of the address still acts only where its user may.
 """
 
 from __future__ import annotations
@@ -104,12 +108,11 @@ class AccessGate:
         self,
         app: Any,
         *,
-        project: str,
-        may_use: Callable[[str], bool],
+        may_use: Callable[[str, str | None], bool],
         password_user: Callable[[HTTPConnection], str | None] | None = None,
         hub_sign_in: bool = False,
     ):
-        self.app, self.project, self.may_use = app, project, may_use
+        self.app, self.may_use = app, may_use
         self.password_user, self.hub_sign_in = password_user, hub_sign_in
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
@@ -127,18 +130,16 @@ class AccessGate:
         elif self.password_user is not None:
             user = self.password_user(connection)
         open_to_all = path == "/logout" or path.startswith(ASSET_PREFIXES)  # anyone may sign out
-        if user is not None and not open_to_all and not self.may_use(user):
-            log.warning(
-                "refused %s %s: %r is not a member of project %r", scope.get("method", "WS"), path, user, self.project
+        project = connection.query_params.get("project") or None
+        if user is not None and not open_to_all and not self.may_use(user, project):
+            log.warning("refused %s %s: %r may not open project %r", scope.get("method", "WS"), path, user, project)
+            # The same words whether the project exists or not: nothing is learnt of others' projects.
+            detail = (
+                f"no project named {project!r} that {user} can open"
+                if project
+                else f"{user} is not a member of any project"
             )
-            await self._refuse(
-                scope,
-                receive,
-                send,
-                403,
-                not_a_member_page(user, self.project),
-                f"{user} is not a member of project {self.project}",
-            )
+            await self._refuse(scope, receive, send, 403, not_a_member_page(user, project), detail)
             return
         await self.app(scope, receive, send)
 
@@ -162,11 +163,14 @@ def sign_in_page() -> str:
     )
 
 
-def not_a_member_page(user: str, project: str) -> str:
+def not_a_member_page(user: str, project: str | None) -> str:
+    if project:
+        said = f"There is no project named <b>{html.escape(project)}</b> that you can open."
+        elsewhere = "<p><a href='/'>Open your projects</a> · <a href='/logout'>Sign out</a></p>"
+    else:
+        said = "You are not a member of any project."
+        elsewhere = "<p>Ask an admin to add you to one.</p><p><a href='/logout'>Sign out</a></p>"
     return (
         "<!doctype html><title>diffjev</title><main style='font-family:sans-serif;max-width:36em;margin:4em auto'>"
-        f"<h1>diffjev</h1><p>You are signed in as <b>{html.escape(user)}</b>, who is not a member of the "
-        f"project <b>{html.escape(project)}</b>.</p><p>Ask its owner to add you "
-        f"(<code>diffjev members --project {html.escape(project)} ...</code>).</p>"
-        "<p><a href='/logout'>Sign out</a></p></main>"
+        f"<h1>diffjev</h1><p>You are signed in as <b>{html.escape(user)}</b>. {said}</p>{elsewhere}</main>"
     )

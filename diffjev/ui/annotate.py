@@ -15,7 +15,7 @@ from markdown_it.common.utils import escapeHtml
 from diffjev.services import annotation
 from diffjev.services.prelabel import background_line
 from storage import repo
-from diffjev.ui.context import Studio, md_text, refusal
+from diffjev.ui.context import Scope, Studio, md_text, refusal
 from diffjev.ui.data import LATEST, LATEST_LABEL, keep_pick, pick_of, run_choices
 
 MAX_KEYS = 9
@@ -149,13 +149,26 @@ def build(studio: Studio) -> None:
     state = gr.State(None)
     outputs = [state, progress, item, prompt, options, distribution, info, accept, *picks, any_answer]
 
+    def session_scope(session: dict, request: gr.Request) -> Scope:
+        """The request's scope, which must be the project this tab's session was started on: answers go to
+        the project of the card on screen, and only while the user may still answer in it."""
+        scope = studio.scope(request)
+        if scope.project != session.get("project"):
+            raise refusal(f"this Annotate session was started on another project than {scope.project}: press Start")
+        return scope
+
     def show(card: annotation.Card | None, annotating: dict, who: str, note: str = "") -> tuple:
         """The page for a card, or for an empty queue with its reason. `annotating` is what Start set up
         (queue, question, undo mark); it stays in the state when the queue is empty, so undo still works."""
         annotating = {**annotating, "card": card, "shown_at": time.monotonic()}
         if card is None:
             reason = annotation.empty_queue_reason(
-                studio.db, studio.project, annotating["question"], annotating["strategy"], who, annotating.get("run")
+                studio.db,
+                annotating["project"],
+                annotating["question"],
+                annotating["strategy"],
+                who,
+                annotating.get("run"),
             )
             return (
                 annotating,
@@ -208,23 +221,25 @@ def build(studio: Studio) -> None:
         strategy = QUEUES.get(queue_name)
         if strategy is None:
             raise refusal(f"no queue named {queue_name!r}; choose one from the list")
-        project_id, schema, rows, _ = studio.schema()
+        scope = studio.scope(request)
+        project_id, schema, rows, _ = studio.schema(scope)
         key = key or schema.questions[0].id  # Start pressed before the page filled the list
-        who = studio.annotator(request)
+        who = scope.user
         run = pick_of(studio, "annotate", request)  # None: each item's latest read
         # The session starts here: undo takes back answers to this question given from now on, nothing older.
         mark = annotation.undo_mark(studio.db, project_id)
         try:
-            card = annotation.next_card(studio.db, studio.project, key, strategy, who, run=run)
+            card = annotation.next_card(studio.db, scope.project, key, strategy, who, run=run)
         except (ValueError, repo.NotFound) as exc:  # a setting a person can fix (DIFFJEV_OVERLAP), a wrong id
             raise refusal(exc) from None
-        return show(card, {"strategy": strategy, "question": key, "row": rows[key], "mark": mark, "run": run}, who)
+        started = {"project": scope.project, "strategy": strategy, "question": key, "row": rows[key], "mark": mark}
+        return show(card, {**started, "run": run}, who)
 
     def respond(session: dict | None, value: str | None, status: str, request: gr.Request) -> tuple:
         if not session or session.get("card") is None:
             raise gr.Error("Press Start to take an item from the queue first.")
         card, strategy = session["card"], session["strategy"]
-        who = studio.annotator(request)
+        who = session_scope(session, request).user
         seconds = time.monotonic() - session["shown_at"]
         try:
             annotation.answer(studio.db, card, who, value, seconds, status)
@@ -233,7 +248,7 @@ def build(studio: Studio) -> None:
             return show(following, session, who, note=REMOVED + (" Here is the next one." if following else ""))
         following = annotation.next_card(
             studio.db,
-            studio.project,
+            session["project"],
             card.question.id,
             strategy,
             who,
@@ -248,7 +263,7 @@ def build(studio: Studio) -> None:
 
     def next_after(card: annotation.Card, session: dict, who: str) -> annotation.Card | None:
         return annotation.next_card(
-            studio.db, studio.project, card.question.id, session["strategy"], who, run=session.get("run")
+            studio.db, session["project"], card.question.id, session["strategy"], who, run=session.get("run")
         )
 
     def accept_answer(session: dict | None, request: gr.Request) -> tuple:
@@ -264,8 +279,9 @@ def build(studio: Studio) -> None:
     def undo_last(session: dict | None, request: gr.Request) -> tuple:
         if not session:  # Start not pressed: this session has answered nothing
             return only_a_note(NOTHING_TO_UNDO)
-        who = studio.annotator(request)
-        project_id, schema, rows, _ = studio.schema()
+        scope = session_scope(session, request)
+        who = scope.user
+        project_id, schema, rows, _ = studio.schema(scope)
         run_id = session.get("run")  # the picked run, or (None) each item's latest read
         # Only this session's question, and only since Start: the card never switches question under the
         # dropdown, and an earlier session's answers are never taken back by a key pressed now.
@@ -309,8 +325,8 @@ def build(studio: Studio) -> None:
             raise gr.Error("Press Start to take an item from the queue first.")
         return respond(session, clicked.value, "submitted", request)
 
-    def questions() -> Any:  # the schema may have a new version since the server started
-        current = [q.id for q in studio.schema()[1].questions]
+    def questions(request: gr.Request) -> Any:  # the schema may have a new version since the server started
+        current = [q.id for q in studio.schema(studio.scope(request))[1].questions]
         return gr.update(choices=current, value=current[0])
 
     def pick_up_reads(session: dict | None, request: gr.Request) -> tuple:
@@ -324,14 +340,15 @@ def build(studio: Studio) -> None:
         card = session.get("card") if session else None
         if not session or (card is not None and (card.suggestion is not None or card.blind)):
             return unchanged
-        mark = annotation.reads_mark(studio.db, studio.schema()[0])
+        scope = session_scope(session, request)
+        mark = annotation.reads_mark(studio.db, scope.project_id)
         if mark == session.get("reads_mark"):
             return unchanged
         session["reads_mark"] = mark
-        who = studio.annotator(request)
+        who = scope.user
         if card is None:
             card = annotation.next_card(
-                studio.db, studio.project, session["question"], session["strategy"], who, run=session.get("run")
+                studio.db, scope.project, session["question"], session["strategy"], who, run=session.get("run")
             )
             page = show(card, session, who)
         else:
@@ -345,12 +362,16 @@ def build(studio: Studio) -> None:
         session.update(page[0])
         return page[1:]
 
+    def runs_listed(request: gr.Request) -> Any:
+        return gr.update(choices=run_choices(studio, studio.scope(request)), value=LATEST)
+
+    def prelabel_line(request: gr.Request) -> str:
+        return background_line(studio.scope(request).project)
+
     studio.on_load.append((questions, [], [question]))
-    studio.on_load.append((lambda: gr.update(choices=run_choices(studio), value=LATEST), [], [run_pick]))
-    studio.on_load.append((lambda: background_line(studio.project), [], [prelabeling]))
-    ticker.tick(
-        lambda: background_line(studio.project), [], [prelabeling], api_visibility="private", show_progress="hidden"
-    )
+    studio.on_load.append((runs_listed, [], [run_pick]))
+    studio.on_load.append((prelabel_line, [], [prelabeling]))
+    ticker.tick(prelabel_line, [], [prelabeling], api_visibility="private", show_progress="hidden")
     ticker.tick(pick_up_reads, [state], outputs[1:], api_visibility="private", show_progress="hidden")
     # Answers skip Gradio's queue: each is a few milliseconds of work, and the queue's round trips would
     # cost more than the work itself on every key an annotator presses.

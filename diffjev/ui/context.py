@@ -1,4 +1,5 @@
-"""What every tab of the studio shares: the database, the engine, the project, and who is acting."""
+"""What every tab of the studio shares: the database, the engine, and, for each request, the project it acts
+on and who is acting in which role (the Scope)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from diffjev.services.engine_access import configured_engine_urls, default_model
 from diffjev.services.annotation import project_schema
 from storage.db import Database
 from diffjev.ui.access import hub_sign_in_configured
+from storage import repo
 
 LOCAL_ANNOTATOR = "local"
 # Every character Markdown or HTML could read as markup, as an HTML character reference: CommonMark shows
@@ -44,12 +46,60 @@ def refusal(message: Any) -> gr.Error:
     return gr.Error(html.escape(str(message), quote=False))  # quotes are plain text outside a tag
 
 
+ROLES = ("annotator", "reviewer", "admin")  # each may do what the one before it may
+
+
+def admins_from_env() -> frozenset[str] | None:
+    """$DIFFJEV_ADMINS: the users who may create, archive and delete projects and act as a reviewer of every
+    project; None where it is not set."""
+    raw = os.environ.get("DIFFJEV_ADMINS")
+    if raw is None or not raw.strip():
+        return None
+    return frozenset(name.strip() for name in raw.split(",") if name.strip())
+
+
+@dataclass(frozen=True)
+class Scope:
+    """One request's project and user, checked against the database when it was made: every handler acts
+    through one, so another project's ids are simply not found, and a removed member is refused at once."""
+
+    project: str
+    project_id: int
+    user: str
+    role: str  # "admin", "reviewer" or "annotator"
+
+    def may_review(self) -> bool:
+        return self.role in ("admin", "reviewer")
+
+    def require_reviewer(self, doing: str) -> None:
+        if not self.may_review():
+            raise refusal(
+                f"{doing} is for the reviewers and admins of {self.project}; {self.user} annotates it "
+                f"(ask an admin to make you a reviewer)"
+            )
+
+    def require_admin(self, doing: str) -> None:
+        if self.role != "admin":
+            raise refusal(f"{doing} is for the studio's admins (DIFFJEV_ADMINS); {self.user} is not one")
+
+
+def project_param(request: gr.Request | None) -> str | None:
+    """The project the page's address names (`?project=NAME`): Gradio's page sends its query string with
+    every event, so each request carries the project of the tab it came from."""
+    params = getattr(request, "query_params", None)
+    if params is None:
+        return None
+    name = params.get("project")
+    return name if isinstance(name, str) and name else None
+
+
 @dataclass
 class Studio:
     db: Database
     # The engine, loaded in the background so the page serves at once; a ChosenEngine is held as loaded.
     slot: EngineSlot | ChosenEngine
-    project: str
+    # The project a page opens when its address names none (DIFFJEV_PROJECT, else the first).
+    default_project: str
     # Exports are written here (a folder only this process's user can open) and handed to the browser as
     # Gradio downloads, at an unguessable address; the folder itself is never served.
     export_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="diffjev-exports-")))
@@ -58,6 +108,7 @@ class Studio:
     # The largest upload the studio accepts ($DIFFJEV_MAX_UPLOAD, Gradio's size syntax: "200mb", "1gb").
     max_upload: str = field(default_factory=lambda: os.environ.get("DIFFJEV_MAX_UPLOAD", "200mb"))
     hub_sign_in: bool = field(default_factory=hub_sign_in_configured)
+    admins: frozenset[str] | None = field(default_factory=admins_from_env)
     # Engine servers a user may name in the Pre-label tab, besides $DIFFJEV_VLLM_URL ($DIFFJEV_ENGINE_URLS).
     engine_urls: tuple[str, ...] = field(default_factory=configured_engine_urls)
     # Model folders a user may name in the Pre-label tab; nothing outside it ($DIFFJEV_MODEL_DIR).
@@ -80,8 +131,38 @@ class Studio:
         except EngineError as exc:
             raise refusal(exc) from None
 
-    def schema(self) -> tuple[int, Schema, dict[str, int], int | None]:
-        return project_schema(self.db, self.project)
+    def schema(self, scope: Scope) -> tuple[int, Schema, dict[str, int], int | None]:
+        return project_schema(self.db, scope.project)
+
+    def is_admin(self, username: str | None) -> bool:
+        """Whether a user runs the studio (creates, archives and deletes projects, opens every one): with no
+        logins, the one local user; else those DIFFJEV_ADMINS names; with it unset, on a Space with Hugging
+        Face sign-in, the Space's owner, and with password logins nobody."""
+        if username is None:
+            return True
+        if self.admins is not None:
+            return username in self.admins
+        return self.hub_sign_in and username == os.environ.get("SPACE_AUTHOR_NAME")
+
+    def scope(self, request: gr.Request | None) -> Scope:
+        """The request's project (its page's `?project=`, else the user's default) and the user's role in
+        it, read from the database on every call; a page error where the user may not open it."""
+        username = getattr(request, "username", None) or None
+        user, admin = username or LOCAL_ANNOTATOR, self.is_admin(username)
+        wanted = project_param(request)
+        with self.db.read() as session:
+            if wanted is None:
+                names = repo.openable_projects(session, user, admin)
+                wanted = self.default_project if self.default_project in names else next(iter(names), None)
+                if wanted is None:
+                    raise refusal(
+                        f"{user} can open no project yet: "
+                        + ("create one under Projects" if admin else "ask an admin to add you to one")
+                    )
+            found = repo.project_access(session, wanted, user, admin)
+        if found is None:  # the same words whether it exists or not: nothing is learnt of others' projects
+            raise refusal(f"no project named {wanted!r} that {user} can open; pick one from the project list")
+        return Scope(wanted, found[0], user, found[1])
 
     @staticmethod
     def annotator(request: gr.Request | None) -> str:

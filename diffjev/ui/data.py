@@ -32,7 +32,7 @@ from diffjev.services.importing import (
 from diffjev.services.prelabel import prelabel
 from storage import repo
 from diffjev.ui.access import NotAnUpload, uploaded_file
-from diffjev.ui.context import Studio, md_text, refusal
+from diffjev.ui.context import Scope, Studio, md_text, refusal
 
 
 def _source(studio: Studio, upload: Any, dataset_name: str) -> Any:
@@ -122,8 +122,8 @@ def preview_note(found: Peek, unreadable: list[str]) -> str:
     return "\n".join(lines)
 
 
-def import_choices(studio: Studio) -> Any:
-    imports = recent_imports(studio.db, studio.project)
+def import_choices(studio: Studio, scope: Scope) -> Any:
+    imports = recent_imports(studio.db, scope.project)
     choices = [
         (
             f"#{i.id} · {i.source} · {i.items} items · text from '{i.text_field}' · by {i.actor}, "
@@ -163,10 +163,17 @@ def build_import(studio: Studio) -> None:
         which_import = gr.Dropdown([], label="Import", allow_custom_value=True, elem_id="import-undo-which")
         undo = gr.Button("Undo this import", elem_id="import-undo")
     undo_note = gr.Markdown(elem_id="import-undo-note")
-    studio.on_load.append((lambda: import_choices(studio), [], [which_import]))
 
-    def preview_of(upload: Any, dataset_name: str) -> tuple:
+    def imports_listed(request: gr.Request) -> Any:
+        scope = studio.scope(request)
+        return import_choices(studio, scope) if scope.may_review() else gr.update(choices=[], value=None)
+
+    studio.on_load.append((imports_listed, [], [which_import]))
+
+    def preview_of(upload: Any, dataset_name: str, request: gr.Request) -> tuple:
         """The preview's table, pickers and state; a file or name that cannot be previewed raises gr.Error."""
+        scope = studio.scope(request)
+        scope.require_reviewer("Importing items")
         try:
             found = peek(_source(studio, upload, dataset_name))
         except SourceError as exc:
@@ -175,7 +182,7 @@ def build_import(studio: Studio) -> None:
         usable = [c for c, shown in zip(found.columns, names) if c == shown]
         if not usable:
             raise refusal("no column name of this file is UTF-8 text; save the file as UTF-8")
-        project_text = project_text_field(studio.db, studio.project)
+        project_text = project_text_field(studio.db, scope.project)
         text, ident = guess_columns(usable, found.rows, project_text)
         # The preview shows each cell as text: a file's values (an integer past 64 bits, a nested object)
         # are anything JSON allows, and the page's own encoder would refuse some of them.
@@ -188,24 +195,24 @@ def build_import(studio: Studio) -> None:
             {"usable": usable, "note": preview_note(found, [n for n in names if n not in usable])},
         )
 
-    def preview_on_page(upload: Any, dataset_name: str) -> tuple:
+    def preview_on_page(upload: Any, dataset_name: str, request: gr.Request) -> tuple:
         """The page's preview: a file that cannot be previewed empties the table and the pickers and says why
         in the preview's note, so nothing of the previous file stays on screen; the last report goes too."""
         try:
-            return (*preview_of(upload, dataset_name), "")
+            return (*preview_of(upload, dataset_name, request), "")
         except gr.Error as exc:  # escaped for a toast: unescaped, then escaped for the Markdown note
             nothing = {"usable": [], "note": f"⚠️ {md_text(html.unescape(exc.message))}"}
             cleared = gr.update(choices=[], value=None)
             return pd.DataFrame(), cleared, cleared, gr.update(choices=[], value=[]), nothing, ""
 
-    def after_preview(found: dict, text: str) -> tuple:
-        return found["note"], confirm_update(text, project_text_field(studio.db, studio.project))
+    def after_preview(found: dict, text: str, request: gr.Request) -> tuple:
+        return found["note"], confirm_update(text, project_text_field(studio.db, studio.scope(request).project))
 
-    def columns_chosen(found: dict, text: str, ident: str) -> tuple:
+    def columns_chosen(found: dict, text: str, ident: str, request: gr.Request) -> tuple:
         # Every other column is offered and ticked again: the ticks are not an input, since a quick second
         # pick would send ticks the first pick's answer has already taken out of the choices.
         return context_choices(found["usable"], text, ident or None, None), confirm_update(
-            text, project_text_field(studio.db, studio.project)
+            text, project_text_field(studio.db, studio.scope(request).project)
         )
 
     def run(
@@ -217,7 +224,9 @@ def build_import(studio: Studio) -> None:
         confirmed: bool | None = None,
         request: gr.Request = None,
     ) -> str:
-        project_text = project_text_field(studio.db, studio.project)
+        scope = studio.scope(request)
+        scope.require_reviewer("Importing items")
+        project_text = project_text_field(studio.db, scope.project)
         if text and text != project_text and not confirmed:
             return (
                 f"⚠️ Nothing imported: the text would come from column **{md_text(text)}**, not the project's "
@@ -227,12 +236,12 @@ def build_import(studio: Studio) -> None:
         try:
             result = import_items(
                 studio.db,
-                studio.project,
+                scope.project,
                 _source(studio, upload, dataset_name),
                 text_field=text or None,
                 id_field=ident or None,
                 context_fields=context_columns,
-                actor=studio.annotator(request),
+                actor=scope.user,
             )
         except SourceError as exc:
             return f"⚠️ {md_text(str(exc))}"
@@ -245,13 +254,15 @@ def build_import(studio: Studio) -> None:
         return "\n".join(lines)
 
     def undo_chosen(chosen: str | None, request: gr.Request) -> tuple[str, Any]:
+        scope = studio.scope(request)
+        scope.require_reviewer("Undoing an import")
         if not chosen or not str(chosen).isdigit():
-            return "⚠️ Choose an import to undo.", import_choices(studio)
+            return "⚠️ Choose an import to undo.", import_choices(studio, scope)
         try:
-            removed = undo_import(studio.db, studio.project, int(chosen), studio.annotator(request))
+            removed = undo_import(studio.db, scope.project, int(chosen), scope.user)
         except UndoRefused as exc:
-            return f"⚠️ {md_text(str(exc))}", import_choices(studio)
-        return f"Import #{int(chosen)} undone: {removed} items removed.", import_choices(studio)
+            return f"⚠️ {md_text(str(exc))}", import_choices(studio, scope)
+        return f"Import #{int(chosen)} undone: {removed} items removed.", import_choices(studio, scope)
 
     # The API's answers keep their shape: the note, the tick and the list of imports follow as events of their own.
     # The API's preview refuses what it cannot read, as an error; the page's says so in its note instead.
@@ -268,7 +279,7 @@ def build_import(studio: Studio) -> None:
             api_visibility="private",
         )
     go.click(run, [upload, dataset, text_column, id_column, context, confirm], [report], api_name="import_items").then(
-        lambda: import_choices(studio), [], [which_import], api_visibility="private"
+        imports_listed, [], [which_import], api_visibility="private"
     )
     undo.click(undo_chosen, [which_import], [undo_note, which_import], api_name="import_undo")
 
@@ -278,9 +289,9 @@ LATEST = "latest"
 LATEST_LABEL = "Latest reads per item"
 
 
-def run_choices(studio: Studio) -> list[tuple[str, str]]:
+def run_choices(studio: Studio, scope: Scope) -> list[tuple[str, str]]:
     """The run dropdowns' choices: each item's latest read (the default), then every run, newest first."""
-    rows = runs.run_table(studio.db, studio.project)
+    rows = runs.run_table(studio.db, scope.project)
     return [(LATEST_LABEL, LATEST)] + [(f"Run {r[0]} · {r[1]} {r[2]} · {r[3]}", str(r[0])) for r in rows]
 
 
@@ -315,8 +326,8 @@ def delete_tick_label(run_id: int | None) -> str:
     return f"Yes, delete {run} and its suggestions; answers stay"
 
 
-def runs_frame(studio: Studio) -> pd.DataFrame:
-    return pd.DataFrame(runs.run_table(studio.db, studio.project), columns=runs.RUN_COLUMNS)
+def runs_frame(studio: Studio, scope: Scope) -> pd.DataFrame:
+    return pd.DataFrame(runs.run_table(studio.db, scope.project), columns=runs.RUN_COLUMNS)
 
 
 def engine_sentence(studio: Studio) -> str:
@@ -393,9 +404,11 @@ def build_prelabel(studio: Studio) -> None:
         progress=gr.Progress(),
         run_id: int | None = None,
     ) -> tuple[str, Any]:
+        scope = studio.scope(request)
+        scope.require_reviewer("Pre-labeling")
         engine = engine_for(kind_name, server, model_name)
-        earlier = studio.cancels.get(studio.project)
-        cancel = studio.cancels[studio.project] = threading.Event()
+        earlier = studio.cancels.get(scope.project)
+        cancel = studio.cancels[scope.project] = threading.Event()
 
         def show(p) -> None:
             progress((p.done, p.total), desc=p.line())
@@ -403,17 +416,17 @@ def build_prelabel(studio: Studio) -> None:
         try:
             result = prelabel(
                 studio.db,
-                studio.project,
+                scope.project,
                 engine,
                 run_id=run_id,
                 only_unlabeled=which_items.startswith("Only"),
-                actor=studio.annotator(request),
+                actor=scope.user,
                 progress=show,
                 cancel=cancel,
             )
         except (SchemaError, repo.Conflict, repo.NotFound) as exc:  # refused: no run was made
-            if studio.cancels.get(studio.project) is cancel and earlier is not None:
-                studio.cancels[studio.project] = earlier  # Cancel still reaches the run that is reading
+            if studio.cancels.get(scope.project) is cancel and earlier is not None:
+                studio.cancels[scope.project] = earlier  # Cancel still reaches the run that is reading
             raise refusal(exc) from None
         finally:
             if kind_name != CONFIGURED:  # made for this run: release its connections
@@ -424,8 +437,10 @@ def build_prelabel(studio: Studio) -> None:
         )
         return text, pd.DataFrame(result.failures, columns=["item", "external id", "error"])
 
-    def cancel_run() -> str:
-        event = studio.cancels.get(studio.project)
+    def cancel_run(request: gr.Request) -> str:
+        scope = studio.scope(request)
+        scope.require_reviewer("Cancelling a run")
+        event = studio.cancels.get(scope.project)
         if event is None:
             return "No run is going."
         event.set()
@@ -449,26 +464,33 @@ def build_prelabel(studio: Studio) -> None:
         run_id = picked_run(value)
         if run_id is None:
             raise gr.Error("Choose a run to delete.")
+        scope = studio.scope(request)
+        scope.require_reviewer("Deleting a run")
         if not sure:
             return f"⚠️ Nothing deleted: tick “{delete_tick_label(run_id)}” first.", gr.update(), gr.update()
         try:
-            text = runs.delete_run(studio.db, studio.project, run_id, studio.annotator(request))
+            text = runs.delete_run(studio.db, scope.project, run_id, scope.user)
         except (repo.Conflict, repo.NotFound) as exc:
             raise refusal(exc) from None
-        return text, runs_frame(studio), False
+        return text, runs_frame(studio, scope), False
 
-    def listed() -> tuple[Any, Any]:
-        return runs_frame(studio), gr.update(choices=[c for c in run_choices(studio) if c[1] != LATEST])
+    def listed(request: gr.Request) -> tuple[Any, Any]:
+        scope = studio.scope(request)
+        return runs_frame(studio, scope), gr.update(choices=[c for c in run_choices(studio, scope) if c[1] != LATEST])
 
-    def listed_on_load() -> tuple[Any, Any]:
+    def listed_on_load(request: gr.Request) -> tuple[Any, Any]:
         """The runs, with the newest that stopped part way chosen: the one a fresh page would resume."""
-        table = runs_frame(studio)
+        scope = studio.scope(request)
+        table = runs_frame(studio, scope)
         stopped = table[table["status"].isin(RESUMABLE)]["run"]  # newest first
-        choices = [c for c in run_choices(studio) if c[1] != LATEST]
+        choices = [c for c in run_choices(studio, scope) if c[1] != LATEST]
         return table, gr.update(choices=choices, value=str(stopped.iloc[0]) if len(stopped) else None)
 
+    def runs_now(request: gr.Request) -> pd.DataFrame:
+        return runs_frame(studio, studio.scope(request))
+
     studio.on_load.append((listed_on_load, [], [run_list, chosen_run]))
-    ticker.tick(lambda: runs_frame(studio), [], [run_list], api_visibility="private", show_progress="hidden")
+    ticker.tick(runs_now, [], [run_list], api_visibility="private", show_progress="hidden")
     ticker.tick(lambda: engine_sentence(studio), [], [engine_line], api_visibility="private", show_progress="hidden")
     studio.on_load.append((lambda: engine_sentence(studio), [], [engine_line]))
     start.click(run, [kind, url, model, which], [report, failures], api_name="prelabel").then(
@@ -501,18 +523,20 @@ def build_export(studio: Studio) -> None:
     download = gr.DownloadButton("Download", visible=False, elem_id="export-download")
 
     def run(fmt_name: str, reviewed_only: bool, who: str, request: gr.Request) -> tuple[str, Any]:
+        scope = studio.scope(request)
+        scope.require_reviewer("Exporting")
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        target = studio.export_target(f"{studio.project}-{stamp}.{fmt_name}")
+        target = studio.export_target(f"{scope.project}-{stamp}.{fmt_name}")
         try:
             count = export_project(
                 studio.db,
-                studio.project,
+                scope.project,
                 target,
                 fmt_name,
                 run_id=pick_of(studio, "export", request),
                 annotator=who.strip() or None,
                 reviewed_only=reviewed_only,
-                actor=studio.annotator(request),
+                actor=scope.user,
             )
         except (SourceError, ExportError, repo.NotFound) as exc:
             return f"⚠️ {md_text(str(exc))}", gr.update(visible=False)
@@ -520,6 +544,9 @@ def build_export(studio: Studio) -> None:
             target = Path(shutil.make_archive(str(target), "zip", target))
         return f"Exported {count} items.", gr.update(value=str(target), visible=True)
 
-    studio.on_load.append((lambda: gr.update(choices=run_choices(studio), value=LATEST), [], [run_pick]))
+    def runs_listed(request: gr.Request) -> Any:
+        return gr.update(choices=run_choices(studio, studio.scope(request)), value=LATEST)
+
+    studio.on_load.append((runs_listed, [], [run_pick]))
     keep_pick(studio, "export", run_pick)
     go.click(run, [fmt, reviewed, annotator], [note, download], api_name="export")

@@ -78,12 +78,16 @@ def build(studio: Studio) -> None:
         delete = gr.Button("Delete selected", variant="stop", elem_id="items-delete")
         deleted = gr.Markdown(elem_id="items-delete-note")
 
-    def refresh(text: str, chosen: str, number: float | None) -> tuple:
-        return page_outputs(browse(studio.db, studio.project, text or "", chosen, int(number or 1)))
+    def page_of(project: str, text: str, chosen: str, number: float | None) -> tuple:
+        return page_outputs(browse(studio.db, project, text or "", chosen, int(number or 1)))
 
-    def open_one(wanted: str) -> str:
+    def refresh(text: str, chosen: str, number: float | None, request: gr.Request) -> tuple:
+        return page_of(studio.scope(request).project, text, chosen, number)
+
+    def open_one(wanted: str, request: gr.Request) -> str:
+        project = studio.scope(request).project
         try:
-            return item_markdown(open_item(studio.db, studio.project, wanted or ""))
+            return item_markdown(open_item(studio.db, project, wanted or ""))
         except repo.NotFound as exc:
             return f"⚠️ {md_text(str(exc))}"
 
@@ -96,18 +100,20 @@ def build(studio: Studio) -> None:
         number: float | None,
         request: gr.Request,
     ) -> tuple:
+        scope = studio.scope(request)
+        scope.require_reviewer("Deleting items")
         try:
             count = delete_items(
                 studio.db,
-                studio.project,
+                scope.project,
                 [int(n) for n in numbers or [] if str(n).isdigit()],
-                studio.annotator(request),
+                scope.user,
                 confirmed=bool(sure),
                 with_answers=bool(answered_too),
             )
         except DeleteRefused as exc:
             return (f"⚠️ {md_text(str(exc))}", gr.update(), gr.update(), gr.update(), gr.update(), gr.update())
-        return (f"Deleted {count} items.", *refresh(text, chosen, number), False, False)
+        return (f"Deleted {count} items.", *page_of(scope.project, text, chosen, number), False, False)
 
     page_inputs = [search, which, page]
     show.click(refresh, page_inputs, [table, summary, selected], api_name="items_browse")
@@ -120,4 +126,8 @@ def build(studio: Studio) -> None:
         [deleted, table, summary, selected, confirm, with_answers],
         api_name="items_delete",
     )
-    studio.on_load.append((lambda: refresh("", "All", 1), [], [table, summary, selected]))
+
+    def first_page(request: gr.Request) -> tuple:
+        return refresh("", "All", 1, request)
+
+    studio.on_load.append((first_page, [], [table, summary, selected]))

@@ -92,14 +92,16 @@ def build(studio: Studio) -> None:
             return f"⚠️ {md_text(str(exc))}", ""
 
     def store(schema_text: str, template_text: str, request: gr.Request) -> tuple[str, str]:
+        scope = studio.scope(request)
+        scope.require_reviewer("Changing the schema")
         try:
             parsed = parse(schema_text, template_text)
             studio.preview_builder().layout(parsed)  # refuse a template the model cannot read
         except (SchemaError, EngineError) as exc:
             return f"⚠️ {md_text(str(exc))}", gr.update()
         with studio.db.session() as session:
-            project = repo.get_project(session, studio.project)
-            version = repo.save_schema(session, project, parsed, studio.annotator(request)).version
+            project = repo.get_project(session, scope.project)
+            version = repo.save_schema(session, project, parsed, scope.user).version
         return f"Saved as schema version {version}. Reload the page to annotate with it.", canvas_preview(
             studio.preview_builder(), parsed
         )
@@ -108,8 +110,8 @@ def build(studio: Studio) -> None:
     template_box.change(show, [schema_box, template_box], [error, preview], api_visibility="private")
     save.click(store, [schema_box, template_box], [error, preview], api_name="save_schema")
 
-    def current() -> tuple[str, str, str, str]:
-        latest = studio.schema()[1]
+    def current(request: gr.Request) -> tuple[str, str, str, str]:
+        latest = studio.schema(studio.scope(request))[1]
         data = latest.to_dict()
         template = data.pop("template", "")
         return json.dumps(data, indent=2), template, *show(json.dumps(data), template)

@@ -18,7 +18,7 @@ from diffjev.services.exporting import csv_escape_setting
 from diffjev.services.prelabel import prelabel
 from storage import repo
 from storage.models import ItemRead, Run
-from diffjev.ui.context import Studio, md_text, refusal
+from diffjev.ui.context import Scope, Studio, md_text, refusal
 from diffjev.ui.data import LATEST, LATEST_LABEL, keep_pick, pick_of, run_choices
 
 PLOT_POINTS = 200
@@ -143,11 +143,19 @@ def build(studio: Studio, opened: gr.Tab | None = None) -> None:
     comparison_why = gr.Markdown(elem_id="comparison-empty")
     comparison_csv = gr.DownloadButton("Download CSV", visible=False, elem_id="comparison-csv")
 
-    def runs(picked: Any = None) -> Any:
+    def reviewing(request: gr.Request) -> Scope:
+        scope = studio.scope(request)
+        scope.require_reviewer("Review")
+        return scope
+
+    def runs(picked: Any = None, request: gr.Request = None) -> Any:
         """The project's runs, the picked one kept while it exists, else the newest that has read items (a
         run that read nothing has nothing to calibrate), else the newest."""
+        scope = studio.scope(request)
+        if not scope.may_review():
+            return gr.update(choices=[], value=None)
         with studio.db.read() as session:
-            ids = list(session.scalars(select(Run.id).where(Run.project_id == studio.schema()[0]).order_by(Run.id)))
+            ids = list(session.scalars(select(Run.id).where(Run.project_id == scope.project_id).order_by(Run.id)))
             with_reads = session.scalar(
                 select(func.max(ItemRead.run_id)).where(ItemRead.run_id.in_(ids), ItemRead.status == "ok")
             )
@@ -155,13 +163,14 @@ def build(studio: Studio, opened: gr.Tab | None = None) -> None:
         fallback = with_reads if with_reads is not None else (ids[-1] if ids else None)
         return gr.update(choices=ids, value=kept if kept is not None else fallback)
 
-    def calibrate(key: str, run_id: int | None, target_accuracy: float) -> tuple:
+    def calibrate(key: str, run_id: int | None, target_accuracy: float, request: gr.Request) -> tuple:
+        scope = reviewing(request)
         if not key or run_id is None:
             return gr.update(value=None, visible=HIDDEN), None, None, None, "Choose a question and a run to calibrate."
         if target_accuracy is None or not 0 < float(target_accuracy) <= 1:
             raise gr.Error("Give the target accuracy as a share between 0 and 1, e.g. 0.95.")
         try:
-            found = calibration.calibrate(studio.db, studio.project, run_number(run_id), key)
+            found = calibration.calibrate(studio.db, scope.project, run_number(run_id), key)
         except repo.NotFound as exc:
             raise refusal(exc) from None
         if found is None:
@@ -178,27 +187,29 @@ def build(studio: Studio, opened: gr.Tab | None = None) -> None:
             note,
         )
 
-    def compare_runs() -> tuple[Any, Any, str]:
-        rows = calibration.compare_runs(studio.db, studio.project)
+    def compare_runs(request: gr.Request) -> tuple[Any, Any, str]:
+        scope = reviewing(request)
+        rows = calibration.compare_runs(studio.db, scope.project)
         if not rows:
-            hidden, why = table_or_why(rows, review.why_empty(studio.db, studio.project)["comparison"])
+            hidden, why = table_or_why(rows, review.why_empty(studio.db, scope.project)["comparison"])
             return hidden, gr.update(visible=False), why
         table = pd.DataFrame(rows)
-        path = studio.export_target(f"{studio.project}-runs-compared.csv")
+        path = studio.export_target(f"{scope.project}-runs-compared.csv")
         # The export's CSV writer: atomic, and formula cells escaped (a model name is anyone's text).
         cells = table.astype(object).where(table.notna(), None).itertuples(index=False)
         write_csv(path, [str(c) for c in table.columns], cells, escape=csv_escape_setting())
         return gr.update(value=table, visible=True), gr.update(value=str(path), visible=True), ""
 
     def keep_temperature(key: str, run_id: int | None, request: gr.Request) -> str:
+        scope = reviewing(request)
         try:
             run_id = run_number(run_id) if run_id is not None else None
-            found = calibration.calibrate(studio.db, studio.project, run_id, key) if key and run_id else None
+            found = calibration.calibrate(studio.db, scope.project, run_id, key) if key and run_id else None
             if found is None or found.temperature is None:
                 return "⚠️ Too few answered items to fit a temperature (at least ten)."
-            project_id, _, rows, _ = studio.schema()
+            project_id, _, rows, _ = studio.schema(scope)
             calibration.store_temperature(
-                studio.db, project_id, int(run_id), rows[key], found.temperature, found.n, studio.annotator(request)
+                studio.db, project_id, int(run_id), rows[key], found.temperature, found.n, scope.user
             )
         except repo.NotFound as exc:
             return f"⚠️ {md_text(str(exc))}"
@@ -207,9 +218,10 @@ def build(studio: Studio, opened: gr.Tab | None = None) -> None:
             f"tab shows calibrated confidence beside the model's own."
         )
 
-    def agreement_tables() -> tuple[Any, Any, str]:
-        table, differing = review.agreement(studio.db, studio.project)
-        why = review.why_empty(studio.db, studio.project)
+    def agreement_tables(request: gr.Request) -> tuple[Any, Any, str]:
+        scope = reviewing(request)
+        table, differing = review.agreement(studio.db, scope.project)
+        why = review.why_empty(studio.db, scope.project)
         shown, why_none = table_or_why(table, why["agreement"])
         if not table:
             return shown, gr.update(value=None, visible=HIDDEN), why_none
@@ -218,12 +230,13 @@ def build(studio: Studio, opened: gr.Tab | None = None) -> None:
     def new_run(request: gr.Request, progress=gr.Progress()) -> str:
         """The re-labeling loop: read the items nobody has answered yet with the studio's engine; the new run
         keeps the temperatures kept for the last run of that engine, so it shows calibrated at once."""
+        scope = reviewing(request)
         result = prelabel(
             studio.db,
-            studio.project,
+            scope.project,
             studio.engine(),
             only_unlabeled=True,
-            actor=studio.annotator(request),
+            actor=scope.user,
             progress=lambda p: progress((p.done, p.total), desc=f"{p.items_per_s:.1f} items/s"),
         )
         return (
@@ -236,8 +249,8 @@ def build(studio: Studio, opened: gr.Tab | None = None) -> None:
     if opened is not None:  # a run made since the page loaded (in the Pre-label tab) is listed at once
         opened.select(runs, [cal_run], [cal_run], api_visibility="private", show_progress="hidden")
 
-        def listed(picked: Any) -> Any:
-            choices = run_choices(studio)
+        def listed(picked: Any, request: gr.Request) -> Any:
+            choices = run_choices(studio, studio.scope(request))
             return gr.update(choices=choices, value=picked if picked in {c[1] for c in choices} else LATEST)
 
         opened.select(listed, [run_pick], [run_pick], api_visibility="private", show_progress="hidden")
@@ -254,35 +267,38 @@ def build(studio: Studio, opened: gr.Tab | None = None) -> None:
 
     def tables(request: gr.Request) -> tuple[Any, ...]:
         columns = ["item", "question", "model", "confidence", "human", "annotator", "source"]
+        scope = studio.scope(request)
+        if not scope.may_review():  # the page's load: an annotator's page keeps the tab empty
+            return tuple(gr.update() for _ in review_tables)
         run = pick_of(studio, "review", request)  # None: each item's latest read
+        project = scope.project
         try:
-            why = review.why_empty(studio.db, studio.project, run)
+            why = review.why_empty(studio.db, project, run)
             return (
-                pd.DataFrame(review.question_report(studio.db, studio.project, run)),
-                *table_or_why(review.disagreements(studio.db, studio.project, run=run), why["disagreements"], columns),
-                *table_or_why(
-                    review.low_confidence_accepts(studio.db, studio.project, run=run), why["unsure"], columns
-                ),
+                pd.DataFrame(review.question_report(studio.db, project, run)),
+                *table_or_why(review.disagreements(studio.db, project, run=run), why["disagreements"], columns),
+                *table_or_why(review.low_confidence_accepts(studio.db, project, run=run), why["unsure"], columns),
             )
         except repo.NotFound as exc:  # the picked run was deleted meanwhile
             raise refusal(exc) from None
 
     def reopen(shown: str | None, key: str, answer: str, request: gr.Request) -> str:
+        scope = reviewing(request)
         shown = str(shown or "").strip()
         if not shown or not key:
             return "⚠️ Give the item's id, as its card shows it, and the question."
         try:
-            review.reopen(studio.db, studio.project, shown, key, answer.strip(), studio.annotator(request))
+            review.reopen(studio.db, scope.project, shown, key, answer.strip(), scope.user)
         except (ValueError, repo.NotFound) as exc:  # an answer not in the question, an item not in the project
             return f"⚠️ {md_text(str(exc))}"
         return f"Item {md_text(shown)}, {md_text(key)}: changed to {md_text(answer.strip())}."
 
-    def questions() -> Any:
-        return gr.update(choices=[q.id for q in studio.schema()[1].questions])
+    def questions(request: gr.Request) -> Any:
+        return gr.update(choices=[q.id for q in studio.schema(studio.scope(request))[1].questions])
 
-    def first_question() -> Any:
+    def first_question(request: gr.Request) -> Any:
         """The question list with its first question chosen, so Calibrate has one without a pick."""
-        ids = [q.id for q in studio.schema()[1].questions]
+        ids = [q.id for q in studio.schema(studio.scope(request))[1].questions]
         return gr.update(choices=ids, value=ids[0] if ids else None)
 
     studio.on_load.append((questions, [], [question]))
@@ -291,7 +307,11 @@ def build(studio: Studio, opened: gr.Tab | None = None) -> None:
     refresh.click(tables, [], review_tables, api_name="review")
     change.click(reopen, [item, question, value], [note], api_name="review_change")
     studio.on_load.append((tables, [], review_tables))
-    studio.on_load.append((lambda: gr.update(choices=run_choices(studio), value=LATEST), [], [run_pick]))
+
+    def runs_listed(request: gr.Request) -> Any:
+        return gr.update(choices=run_choices(studio, studio.scope(request)), value=LATEST)
+
+    studio.on_load.append((runs_listed, [], [run_pick]))
     keep_pick(studio, "review", run_pick)
 
 

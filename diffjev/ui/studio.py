@@ -107,22 +107,23 @@ def users_from_env() -> list[tuple[str, str]] | None:
     return pairs
 
 
-def members_note_text(studio: Studio) -> str:
+def members_note_text(studio: Studio, request: gr.Request) -> str:
     """On a Space with Hugging Face sign-in: who may annotate, and how to change it."""
+    name = studio.scope(request).project
     with studio.db.read() as session:
-        members = session.scalar(select(Project.members).where(Project.name == studio.project))
+        members = session.scalar(select(Project.members).where(Project.name == name))
     if members is None:
         return (
-            f"Any signed-in Hugging Face user may annotate **{md_text(studio.project)}**. To restrict it, "
+            f"Any signed-in Hugging Face user may annotate **{md_text(name)}**. To restrict it, "
             # a code span shows references as written; a project name holds no backtick (repo.PROJECT_NAME)
-            f"run `diffjev members --project {studio.project} user1,user2`."
+            f"run `diffjev members --project {name} user1,user2`."
         )
-    return f"Members of **{md_text(studio.project)}**: {md_text(', '.join(members))}."
+    return f"Members of **{md_text(name)}**: {md_text(', '.join(members))}."
 
 
-def header_text(studio: Studio) -> str:
+def header_text(studio: Studio, project_name: str) -> str:
     """The header: which model makes the pre-labels, or that it is still loading, or why there is none."""
-    slot, project = studio.slot, f" · project **{md_text(studio.project)}**"
+    slot, project = studio.slot, f" · project **{md_text(project_name)}**"
     if slot.chosen is not None:
         warning = "⚠️ " if slot.chosen.fallback else ""
         return f"# diffjev\n{warning}**Pre-labels from:** {md_text(slot.chosen.description)}{project}"
@@ -134,49 +135,63 @@ def header_text(studio: Studio) -> str:
     return f"# diffjev\n⏳ **Loading the model …** pre-labels start when it is ready{project}"
 
 
-def header_update(studio: Studio) -> tuple[str, gr.Timer]:
-    return header_text(studio), gr.Timer(active=not studio.slot.settled)
+def header_update(studio: Studio, request: gr.Request) -> tuple[str, gr.Timer]:
+    return header_text(studio, studio.scope(request).project), gr.Timer(active=not studio.slot.settled)
 
 
 def build_blocks(studio: Studio) -> gr.Blocks:
     with gr.Blocks(title="diffjev") as blocks:
-        banner = gr.Markdown(header_text(studio), elem_id="engine-banner")
+        # Filled when the page loads: the page served before a login names no project.
+        banner = gr.Markdown("# diffjev", elem_id="engine-banner")
         # While the model loads, the header follows it without a page reload; the timer stops once it settled.
         header_timer = gr.Timer(1.0, active=not studio.slot.settled)
-        header_timer.tick(
-            lambda: header_update(studio), [], [banner, header_timer], api_visibility="private", show_progress="hidden"
-        )
-        studio.on_load.append((lambda: header_update(studio), [], [banner, header_timer]))
+
+        def header(request: gr.Request) -> tuple[str, gr.Timer]:
+            return header_update(studio, request)
+
+        header_timer.tick(header, [], [banner, header_timer], api_visibility="private", show_progress="hidden")
+        studio.on_load.append((header, [], [banner, header_timer]))
         if studio.hub_sign_in:  # a Space with `hf_oauth: true`: sign in with Hugging Face
             gr.LoginButton()
             members_note = gr.Markdown(elem_id="members-note")
-            studio.on_load.append((lambda: members_note_text(studio), [], [members_note]))
+
+            def members_note_shown(request: gr.Request) -> str:
+                return members_note_text(studio, request)
+
+            studio.on_load.append((members_note_shown, [], [members_note]))
         with gr.Tabs():
             with gr.Tab("Annotate", id="annotate"):
                 annotate.build(studio)
             with gr.Tab("Project", id="project"):
                 project.build(studio)
-            with gr.Tab("Import", id="import"):
+            with gr.Tab("Import", id="import") as import_tab:
                 data.build_import(studio)
             with gr.Tab("Items", id="items"):
                 items.build(studio)
-            with gr.Tab("Pre-label", id="prelabel"):
+            with gr.Tab("Pre-label", id="prelabel") as prelabel_tab:
                 data.build_prelabel(studio)
             with gr.Tab("Review", id="review") as review_tab:
                 review.build(studio, review_tab)
-            with gr.Tab("Export", id="export"):
+            with gr.Tab("Export", id="export") as export_tab:
                 data.build_export(studio)
             with gr.Tab("Try a read", id="try"):
                 playground.build(studio.slot)
+        reviewers_tabs = [import_tab, prelabel_tab, review_tab, export_tab]
+
+        def tabs_for_role(request: gr.Request) -> tuple:
+            """An annotator's page shows the tabs for answering; the handlers of the others refuse them too."""
+            shown = studio.scope(request).may_review()
+            return tuple(gr.Tab(visible=shown) for _ in reviewers_tabs)
+
+        studio.on_load.append((tabs_for_role, [], reviewers_tabs))
         for handler, inputs, outputs in studio.on_load:
             blocks.load(handler, inputs, outputs, api_visibility="private")
     return blocks
 
 
 def login_check(studio: Studio, users: list[tuple[str, str]], throttle: LoginThrottle | None = None):
-    """Gradio's login: the password, and, where the project names its members, membership. A user who
-    is not a member cannot log in to this project's studio, so no route shows them its items. Failed
-    attempts back off per user and per address (429 while refused)."""
+    """Gradio's login: the password, and membership of at least one project (each request is then checked
+    against the project it names). Failed attempts back off per user and per address (429 while refused)."""
     book = PasswordBook(users)
     throttle = throttle or LoginThrottle.from_env()
 
@@ -188,12 +203,10 @@ def login_check(studio: Studio, users: list[tuple[str, str]], throttle: LoginThr
         if not ok:
             return False
         with studio.db.read() as session:
-            member = repo.is_member(session, studio.project, username)
+            member = repo.member_of_any(session, username, studio.is_admin(username))
         if not member:  # the right password: say why, not "incorrect credentials"
-            log.warning("refused the login of %r: not a member of project %r", username, studio.project)
-            raise HTTPException(
-                403, f"{username} is not a member of project {studio.project}; ask its owner to add you"
-            )
+            log.warning("refused the login of %r: a member of no project", username)
+            raise HTTPException(403, f"{username} is not a member of any project; ask an admin to add you to one")
         return True
 
     return check
@@ -211,13 +224,16 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
     throttle = LoginThrottle.from_env()  # one backoff for the login page and the API
     app.add_middleware(ClientAddress)
 
-    def may_use(user: str) -> bool:
+    def may_use(user: str, project: str | None) -> bool:
+        """The project a request names (its page's `?project=`), else any project: the user may open it."""
+        admin = studio.is_admin(user)
         with studio.db.read() as session:
-            return repo.is_member(session, studio.project, user)
+            if project is None:
+                return repo.member_of_any(session, user, admin)
+            return repo.project_access(session, project, user, admin) is not None
 
     def may_read(user: str) -> bool:  # the Jev API holds no project's data: a member of any project may read
-        with studio.db.read() as session:
-            return repo.member_of_any(session, user)
+        return may_use(user, None)
 
     app.include_router(jev_router(lambda: studio.slot.engine, auth, throttle, may_read))
     if auth or hub_sign_in:  # the mounted Gradio app would serve its own OpenAPI schema here
@@ -254,7 +270,6 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
 
     app.add_middleware(
         AccessGate,
-        project=studio.project,
         may_use=may_use,
         password_user=password_user if auth else None,
         hub_sign_in=hub_sign_in,

@@ -1,0 +1,133 @@
+"""One studio, many projects: every request acts on the project its page's address names (`?project=`),
+checked against the user's membership and role on that request, over Gradio's HTTP API as any client sends it."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from storage import repo
+from storage.models import Item, Response
+from studio_fixtures import serve_studio, studio_db
+
+USERS = [("alice", "a-secret"), ("bob", "b-secret")]
+
+
+def run_event(http: httpx.Client, api_name: str, data: list, project: str | None, session_hash: str) -> httpx.Response:
+    """An event as the studio's page sends it: the page's query string on the address, its session's hash."""
+    query = {"project": project} if project else {}
+    return http.post(
+        f"/gradio_api/run/{api_name}", params=query, json={"data": data, "session_hash": session_hash}, timeout=60
+    )
+
+
+def answers_in(db, project: str) -> list[tuple[str, str]]:
+    with db.read() as session:
+        project_id = repo.get_project(session, project).id
+        rows = session.execute(
+            select(Item.text, Response.value)
+            .join(Response, Response.item_id == Item.id)
+            .where(Item.project_id == project_id, Response.status == "submitted")
+        )
+        return [(text, value) for text, value in rows]
+
+
+@pytest.fixture
+def two_projects(tmp_path, dgemma_engine):
+    """One database with two projects, each with its own items and run."""
+    path = tmp_path / "two.db"
+    db = studio_db(path, ["ALPHA one", "ALPHA two"], dgemma_engine, name="alpha")
+    studio_db(path, ["BETA one", "BETA two"], dgemma_engine, name="beta")
+    return db
+
+
+def test_two_pages_on_two_projects_answer_each_in_its_own(two_projects, dgemma_engine):
+    db = two_projects
+    server, _ = serve_studio(db, dgemma_engine, name="alpha")
+    with server, httpx.Client(base_url=server.url) as http:
+        pages = {name: uuid.uuid4().hex[:11] for name in ("alpha", "beta")}
+        for name, page in pages.items():  # both started before either answers, as two open tabs
+            started = run_event(http, "annotate_start", ["team", "Unlabeled, in order"], name, page)
+            assert started.status_code == 200, started.text
+            assert name.upper() in str(started.json()["data"]), started.json()
+        for name, page in pages.items():
+            accepted = run_event(http, "accept", [None], name, page)
+            assert accepted.status_code == 200, accepted.text
+        alpha, beta = answers_in(db, "alpha"), answers_in(db, "beta")
+        assert len(alpha) == 1 and alpha[0][0].startswith("ALPHA"), alpha
+        assert len(beta) == 1 and beta[0][0].startswith("BETA"), beta
+        # a page's session started on alpha cannot answer once its address names beta
+        refused = run_event(http, "accept", [None], "beta", pages["alpha"])
+        assert refused.status_code != 200 or "another project" in refused.text, refused.text
+        assert len(answers_in(db, "alpha")) == 1 and len(answers_in(db, "beta")) == 1
+
+
+def test_a_user_reaches_only_the_projects_they_are_members_of(two_projects, dgemma_engine):
+    db = two_projects
+    with db.session() as session:
+        repo.set_members(session, "alpha", ["alice"], "owner")
+        repo.set_members(session, "beta", ["bob"], "owner")
+    server, _ = serve_studio(db, dgemma_engine, name="alpha", auth=USERS)
+    try:
+        with server, httpx.Client(base_url=server.url, timeout=60) as bob:
+            assert bob.post("/login", data={"username": "bob", "password": "b-secret"}).status_code == 200
+            page = uuid.uuid4().hex[:11]
+            # his own project, named or not (the default is the first he may open)
+            for project in ("beta", None):
+                own = run_event(bob, "items_browse", ["", "All", 1], project, page)
+                assert own.status_code == 200 and "BETA" in own.text and "ALPHA" not in own.text, own.text
+            # alice's project, through the address, and through the API's own routes
+            for api in ("annotate_start", "items_browse"):
+                data = ["team", "Unlabeled, in order"] if api == "annotate_start" else ["", "All", 1]
+                refused = run_event(bob, api, data, "alpha", page)
+                assert refused.status_code == 403 and "ALPHA" not in refused.text, refused.text
+                assert "no project named 'alpha' that bob can open" in refused.text
+            started = bob.post("/gradio_api/call/items_browse?project=alpha", json={"data": ["", "All", 1]})
+            assert started.status_code == 403 and "ALPHA" not in started.text
+            # a project that does not exist reads the same as one he may not open
+            missing = run_event(bob, "items_browse", ["", "All", 1], "no-such-project", page)
+            assert missing.status_code == 403 and "no project named 'no-such-project' that bob can open" in missing.text
+            page_html = bob.get("/", params={"project": "alpha"})
+            assert page_html.status_code == 403 and "ALPHA" not in page_html.text
+            # removed from beta: refused at the next request, with no restart
+            with db.session() as session:
+                repo.set_members(session, "beta", ["carol"], "owner")
+            gone = run_event(bob, "items_browse", ["", "All", 1], "beta", page)
+            assert gone.status_code == 403 and "BETA" not in gone.text, gone.text
+    finally:
+        with db.session() as session:
+            repo.set_members(session, "alpha", None, "owner")
+            repo.set_members(session, "beta", None, "owner")
+
+
+def test_annotators_only_answer_where_reviewers_are_named(two_projects, dgemma_engine):
+    db = two_projects
+    with db.session() as session:
+        repo.set_reviewers(session, "alpha", ["alice"], "owner")
+    server, _ = serve_studio(db, dgemma_engine, name="alpha", auth=USERS)
+    try:
+        with server, httpx.Client(base_url=server.url, timeout=60) as bob:
+            assert bob.post("/login", data={"username": "bob", "password": "b-secret"}).status_code == 200
+            page = uuid.uuid4().hex[:11]
+            started = run_event(bob, "annotate_start", ["team", "Unlabeled, in order"], "alpha", page)
+            assert started.status_code == 200 and "ALPHA" in started.text, started.text
+            for api, data in (
+                ("save_schema", ['{"questions": [{"id": "q", "type": "yes_no", "instructions": "?"}]}', ""]),
+                ("review_change", ["t0", "team", "billing"]),
+                ("export", ["jsonl", True, ""]),
+                ("items_delete", [[], True, True, "", "All", 1]),
+            ):
+                refused = bob.post(f"/gradio_api/call/{api}?project=alpha", json={"data": data})
+                answer = bob.get(f"/gradio_api/call/{api}/{refused.json()['event_id']}").text
+                assert "event: error" in answer and "reviewers and admins of alpha" in answer, (api, answer)
+            # beta names no reviewers: every member of it runs it, as before roles
+            schema = '{"questions": [{"id": "q", "type": "yes_no", "instructions": "Is it?"}]}'
+            kept = bob.post("/gradio_api/call/save_schema?project=beta", json={"data": [schema, ""]})
+            answer = bob.get(f"/gradio_api/call/save_schema/{kept.json()['event_id']}").text
+            assert "Saved as schema version" in answer, answer
+    finally:
+        with db.session() as session:
+            repo.set_reviewers(session, "alpha", None, "owner")
