@@ -34,7 +34,7 @@ def test_a_reviewer_settles_a_disagreement_and_the_export_marks_it(browser, tmp_
         text = page.inner_text(card)
         for seen in ("alice", "billing", "3.5", "bob", "technical", "7.0", "technical 0.90"):
             assert seen in text, (seen, text)
-        page.locator("#adjudicate-pick").get_by_label("billing", exact=True).check()
+        choose(page, "#adjudicate-pick", "billing")
         page.locator("#adjudicate-comment textarea").fill("the invoice line decides")
         page.locator("#adjudicate-save").click()
         shows(page, "#adjudicate-note", "Item t0, team: settled as billing.")

@@ -83,7 +83,11 @@ def build(studio: Studio, opened: gr.Tab | None = None) -> None:
     with gr.Row():
         item = gr.Textbox(label="Item", interactive=False, elem_id="adjudicate-item")
         question = gr.Textbox(label="Question", interactive=False, elem_id="adjudicate-question")
-    pick = gr.Radio([], label="Final answer: one the annotators gave", elem_id="adjudicate-pick")
+    # A dropdown that takes any value: its choices are the shown case's, while an API client names the answer
+    # itself; the service checks it against the question's answers either way.
+    pick = gr.Dropdown(
+        [], label="Final answer: one the annotators gave", allow_custom_value=True, elem_id="adjudicate-pick"
+    )
     other = gr.Textbox(label="…or write another of the question's answers", elem_id="adjudicate-other")
     comment = gr.Textbox(label="Comment (optional)", lines=2, elem_id="adjudicate-comment")
     settle = gr.Button("Settle and go to the next", variant="primary", elem_id="adjudicate-save")
