@@ -296,3 +296,23 @@ class Lease(Base):
     question_id: Mapped[int] = mapped_column(ForeignKey("questions.id", ondelete="CASCADE"))
     annotator: Mapped[str] = mapped_column(String(200))
     expires_at: Mapped[datetime] = mapped_column(Timestamp)
+
+
+class Adjudication(Base):
+    """The final answer to one question for one item, settled by a reviewer over the annotators' answers:
+    its own source (`adjudicated`), kept apart from the responses so that a reviewer who also annotated
+    the item keeps their own answer beside the one they settled, and no count of annotators ever takes
+    it for another annotator. A second adjudication replaces the first (its revision grows; the events
+    keep every earlier one)."""
+
+    __tablename__ = "adjudications"
+    __table_args__ = (UniqueConstraint("item_id", "question_id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    item_id: Mapped[int] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"))
+    question_id: Mapped[int] = mapped_column(ForeignKey("questions.id"), index=True)
+    value: Mapped[str] = mapped_column(String(500))
+    reviewer: Mapped[str] = mapped_column(String(200))
+    comment: Mapped[str | None] = mapped_column(Text)
+    revision: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)

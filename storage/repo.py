@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, aliased
 from diffjev.decide import Decision
 from diffjev.schema import Schema, question_to_dict
 from storage.models import (
+    Adjudication,
     Event,
     Item,
     ItemRead,
@@ -1125,3 +1126,141 @@ def project_stats(session: Session, project_id: int) -> dict[str, Any]:
         "answered": {q: n for q, n in answered},
         "runs": [dict(r._mapping) for r in runs],
     }
+
+
+# Adjudication ----------------------------------------------------------------------------------------
+#
+# A reviewer's final answer to a question for an item, in its own table (see models.Adjudication): the
+# responses stay every annotator's own, and the adjudicated answer is the label where it exists.
+
+
+def _given(question_ids: Sequence[int]) -> list:
+    """The conditions on Response for "a submitted answer with a value to one of these questions"."""
+    return [Response.question_id.in_(question_ids), Response.status == "submitted", Response.value.is_not(None)]
+
+
+def adjudication_pairs(
+    session: Session,
+    project_id: int,
+    question_ids: Sequence[int],
+    any_answered: bool = False,
+    settled_too: bool = False,
+    limit: int = 200,
+) -> list[tuple[int, int]]:
+    """(item id, question id) pairs to adjudicate, in item order: where the annotators' submitted answers
+    differ (with `any_answered`, every answered pair), not yet adjudicated unless `settled_too`."""
+    if not question_ids:
+        return []
+    query = (
+        select(Response.item_id, Response.question_id)
+        .join(Item, Item.id == Response.item_id)
+        .where(Item.project_id == project_id, *_given(question_ids))
+        .group_by(Response.item_id, Response.question_id)
+    )
+    if not any_answered:
+        query = query.having(func.count(func.distinct(Response.value)) > 1)
+    if not settled_too:
+        settled = select(Adjudication.id).where(
+            Adjudication.item_id == Response.item_id, Adjudication.question_id == Response.question_id
+        )
+        query = query.where(~settled.exists())
+    query = query.order_by(Response.item_id, Response.question_id).limit(limit)
+    return [(item_id, question_id) for item_id, question_id in session.execute(query)]
+
+
+def given_answers(session: Session, item_ids: Sequence[int], question_ids: Sequence[int]) -> list[Any]:
+    """(item_id, question_id, annotator, value, source, seconds) of every submitted answer to these
+    questions for these items, oldest first."""
+    if not item_ids or not question_ids:
+        return []
+    query = select(
+        Response.item_id, Response.question_id, Response.annotator, Response.value, Response.source, Response.seconds
+    ).where(Response.item_id.in_(item_ids), *_given(question_ids))
+    return list(session.execute(query.order_by(Response.updated_at, Response.id)))
+
+
+def adjudications_of(
+    session: Session, item_ids: Sequence[int], question_ids: Sequence[int]
+) -> dict[tuple[int, int], Adjudication]:
+    """The adjudications of these items and questions, by (item id, question id)."""
+    if not item_ids or not question_ids:
+        return {}
+    rows = session.scalars(
+        select(Adjudication).where(Adjudication.item_id.in_(item_ids), Adjudication.question_id.in_(question_ids))
+    )
+    return {(a.item_id, a.question_id): a for a in rows}
+
+
+def adjudications_for(session: Session, first_item: int, last_item: int, question_ids: Sequence[int]) -> list[Any]:
+    """(item_id, question_id, value, reviewer, comment) of the adjudications of items in an id range (an
+    index range scan, as responses_for)."""
+    query = select(
+        Adjudication.item_id, Adjudication.question_id, Adjudication.value, Adjudication.reviewer, Adjudication.comment
+    ).where(Adjudication.item_id.between(first_item, last_item), Adjudication.question_id.in_(question_ids))
+    return list(session.connection().execute(query))
+
+
+def adjudicated_values(session: Session, question_id: int) -> dict[int, str]:
+    """Each adjudicated item's final answer to one question, by item id: the human truth where it exists."""
+    query = select(Adjudication.item_id, Adjudication.value).where(Adjudication.question_id == question_id)
+    return {item_id: value for item_id, value in session.execute(query)}
+
+
+def adjudicate(
+    session: Session, item_id: int, question_id: int, value: str, reviewer: str, comment: str | None
+) -> Adjudication:
+    """Store the final answer for one item and question (replacing an earlier one: its revision grows)
+    and log it with what it replaced. The item and question must be of one project (another project's
+    id is not found), and the item must have a submitted answer to settle."""
+    project_id = session.scalar(select(Item.project_id).where(Item.id == item_id))
+    if project_id is None or project_id != session.scalar(
+        select(Question.project_id).where(Question.id == question_id)
+    ):
+        raise NotFound(f"no item {item_id} in this project")
+    row = session.scalar(
+        select(Adjudication).where(Adjudication.item_id == item_id, Adjudication.question_id == question_id)
+    )
+    before = None
+    if row is None:
+        row = Adjudication(item_id=item_id, question_id=question_id, revision=1, created_at=utcnow())
+        session.add(row)
+    else:
+        before = {"value": row.value, "reviewer": row.reviewer, "comment": row.comment}
+        row.revision += 1
+    row.value, row.reviewer, row.comment, row.updated_at = value, reviewer, comment, utcnow()
+    session.flush()
+    log(
+        session,
+        reviewer,
+        "response.adjudicated",
+        project_id,
+        item_id,
+        question_id,
+        adjudication_id=row.id,
+        value=value,
+        source="adjudicated",
+        comment=comment,
+        before=before,
+        revision=row.revision,
+    )
+    return row
+
+
+def suggestions_of(
+    session: Session, item_ids: Sequence[int], question_ids: Sequence[int], run_id: int | None
+) -> dict[tuple[int, int], tuple[str, dict[str, Any], int]]:
+    """(answer, distribution, run id) of one run's suggestions (None: each item's current one) for these
+    items and questions, by (item id, question id)."""
+    if not item_ids or not question_ids:
+        return {}
+    rows = session.execute(
+        select(
+            Suggestion.item_id, Suggestion.question_id, Suggestion.answer, Suggestion.distribution, Suggestion.run_id
+        ).where(Suggestion.item_id.in_(item_ids), Suggestion.question_id.in_(question_ids), of_run(run_id))
+    )
+    return {(i, q): (answer, distribution, run) for i, q, answer, distribution, run in rows}
+
+
+def count_adjudications(session: Session, question_ids: Sequence[int]) -> int:
+    query = select(func.count()).select_from(Adjudication).where(Adjudication.question_id.in_(question_ids))
+    return session.scalar(query) or 0

@@ -69,7 +69,9 @@ class QuestionCalibration:
 
 def _pairs(db: Database, run_id: int, question_row: int) -> list[tuple[dict, str, bool]]:
     """(distribution, human answer, blind) per answered item: the item's earliest blind answer if it has
-    one, else its earliest answer."""
+    one, else its earliest answer; where a reviewer adjudicated the item, the adjudicated answer is its
+    human answer. The item stays in the blind slice if it has a blind answer: the slice is a sample of
+    items drawn with the suggestion hidden, and the adjudication only settles which answer is right."""
     with db.read() as session:  # plain rows, distribution as JSON text: this reads every answered item
         rows = (
             session.connection()
@@ -94,11 +96,12 @@ def _pairs(db: Database, run_id: int, question_row: int) -> list[tuple[dict, str
             )
             .all()
         )
+        adjudicated = repo.adjudicated_values(session, question_row)
     best: dict[int, tuple] = {}
     for item_id, distribution, value, shown, response_id in rows:
         key = (bool(shown), response_id)  # blind first, then the earliest (ids grow with time)
         if item_id not in best or key < best[item_id][0]:
-            best[item_id] = (key, distribution, value, not shown)
+            best[item_id] = (key, distribution, adjudicated.get(item_id, value), not shown)
     return [(orjson.loads(d), value, blind) for _, d, value, blind in (best[i] for i in sorted(best))]
 
 

@@ -9,6 +9,12 @@ them), and per question `q`: `q` (the human answer), `q_annotator`,
 `q_source` (accepted / corrected / manual), `q_annotations` (how many annotators answered), `q_model`,
 `q_confidence` and `q_distribution` (answer name -> probability). When several annotators answered,
 `q` is the latest answer (or the named annotator's, with `annotator=`).
+
+Where a reviewer adjudicated an item's answer (see diffjev.services.adjudication), that answer is THE
+label: `q` holds it, `q_source` is `adjudicated` and `q_annotator` the reviewer. Every export also has
+`q_adjudicated_by` and `q_comment` (the reviewer and their comment; empty where nobody adjudicated) and
+`q_answers`, every annotator's own answer (annotator, value, source), oldest first, so what was settled
+stays beside the label.
 """
 
 from __future__ import annotations
@@ -23,6 +29,13 @@ from storage import repo
 from storage.db import Database
 
 PAGE = 10_000
+ADJUDICATED = "adjudicated"  # the source of an answer a reviewer settled
+
+
+def _answer_type() -> Any:
+    import pyarrow as pa
+
+    return pa.struct([("annotator", pa.string()), ("value", pa.string()), ("source", pa.string())])
 
 
 def csv_escape_setting() -> bool:
@@ -35,6 +48,7 @@ def columns_and_schema(question_keys: list[str], names: dict[str, list[str]]) ->
     """The export's column names and Arrow schema."""
     import pyarrow as pa
 
+    answer_type = _answer_type()
     fields = [
         ("item_id", pa.int64()),
         ("external_id", pa.string()),
@@ -53,6 +67,9 @@ def columns_and_schema(question_keys: list[str], names: dict[str, list[str]]) ->
             (f"{q}_model", pa.string()),
             (f"{q}_confidence", pa.float64()),
             (f"{q}_distribution", pa.struct([(n, pa.float64()) for n in names[q]])),
+            (f"{q}_adjudicated_by", pa.string()),
+            (f"{q}_comment", pa.string()),
+            (f"{q}_answers", pa.list_(answer_type)),
         ]
     schema = pa.schema(fields)
     return schema.names, schema
@@ -134,6 +151,12 @@ def _column_batches(
                 return
             first, after = rows[0][0], rows[-1][0]
             answers = repo.responses_for(session, first, after, question_ids, annotator)  # oldest first
+            settled = {
+                (item_id, key_of[question_id]): (value, reviewer, comment)
+                for item_id, question_id, value, reviewer, comment in repo.adjudications_for(
+                    session, first, after, question_ids
+                )
+            }
         given: dict[tuple[int, str], list] = {}
         for item_id, question_id, value, who, source in answers:
             given.setdefault((item_id, key_of[question_id]), []).append((value, who, source))
@@ -157,13 +180,21 @@ def _column_batches(
         for k_index, k in enumerate(keys):
             answer, confidence, distribution = columns[4 + 4 * k_index : 7 + 4 * k_index]
             latest = [given.get((item_id, k)) for item_id in batch["item_id"]]
-            batch[k] = [g[-1][0] if g else None for g in latest]
-            batch[f"{k}_annotator"] = [g[-1][1] if g else None for g in latest]
-            batch[f"{k}_source"] = [g[-1][2] if g else None for g in latest]
+            final = [settled.get((item_id, k)) for item_id in batch["item_id"]]
+            # the label: the adjudicated answer where there is one, else the latest answer
+            batch[k] = [f[0] if f else g[-1][0] if g else None for f, g in zip(final, latest)]
+            batch[f"{k}_annotator"] = [f[1] if f else g[-1][1] if g else None for f, g in zip(final, latest)]
+            batch[f"{k}_source"] = [ADJUDICATED if f else g[-1][2] if g else None for f, g in zip(final, latest)]
             batch[f"{k}_annotations"] = [len(g) if g else 0 for g in latest]
             batch[f"{k}_model"] = list(answer)
             batch[f"{k}_confidence"] = list(confidence)
             batch[f"{k}_distribution"] = [orjson.loads(d) if d is not None else None for d in distribution]
+            batch[f"{k}_adjudicated_by"] = [f[1] if f else None for f in final]
+            batch[f"{k}_comment"] = [f[2] if f else None for f in final]
+            batch[f"{k}_answers"] = [
+                [{"annotator": who, "value": value, "source": source} for value, who, source in g] if g else []
+                for g in latest
+            ]
         yield batch
 
 

@@ -33,7 +33,7 @@ from diffjev.settings import Listening, start_listening
 from storage import repo
 from storage.db import Database
 from storage.models import Project
-from diffjev.ui import annotate, data, items, playground, project, review
+from diffjev.ui import adjudicate, annotate, data, items, playground, project, review
 from diffjev.ui.access import AccessGate, hub_sign_in_configured, signed_in_hub_user
 from diffjev.ui.context import Studio, md_text
 
@@ -172,11 +172,13 @@ def build_blocks(studio: Studio) -> gr.Blocks:
                 data.build_prelabel(studio)
             with gr.Tab("Review", id="review") as review_tab:
                 review.build(studio, review_tab)
+            with gr.Tab("Adjudicate", id="adjudicate") as adjudicate_tab:
+                adjudicate.build(studio, adjudicate_tab)
             with gr.Tab("Export", id="export") as export_tab:
                 data.build_export(studio)
             with gr.Tab("Try a read", id="try"):
                 playground.build(studio.slot)
-        reviewers_tabs = [import_tab, prelabel_tab, review_tab, export_tab]
+        reviewers_tabs = [import_tab, prelabel_tab, review_tab, adjudicate_tab, export_tab]
 
         def tabs_for_role(request: gr.Request) -> tuple:
             """An annotator's page shows the tabs for answering; the handlers of the others refuse them too."""
