@@ -13,7 +13,7 @@ import pandas as pd
 from diffjev.services import adjudication
 from storage import repo
 from diffjev.ui.context import Studio, md_text, refusal
-from diffjev.ui.data import LATEST, picked_run, run_choices
+from diffjev.ui.data import LATEST, LATEST_LABEL, picked_run, run_choices
 
 DOING = "Adjudication"
 HIDDEN = "hidden"  # kept in the page, out of sight (see review.HIDDEN)
