@@ -14,7 +14,7 @@ from storage import repo
 from storage.db import Database
 from storage.models import Question, Response
 from conftest import TICKETS
-from studio_fixtures import choose, serve_studio
+from studio_fixtures import choose, one_question_at_a_time, serve_studio
 
 
 def tickets_db(path, engine, n=6):
@@ -37,6 +37,7 @@ def tickets_db(path, engine, n=6):
 
 
 def start(page, question: str, queue: str) -> None:
+    one_question_at_a_time(page)
     choose(page, "#annotate-question", question)
     choose(page, "#annotate-queue", queue)
     page.locator("#annotate-start").click()
