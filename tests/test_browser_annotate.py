@@ -75,6 +75,7 @@ def test_undo_stays_in_the_session_and_its_question(browser, tmp_path, dgemma_en
     with server:
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(server.url)
+        one_question_at_a_time(page)
         assert "Backspace" in page.inner_text("#keys-help")
         page.get_by_role("tab", name="Project").click()  # the setting is part of the schema a person edits
         page.wait_for_function("document.querySelector('#schema-json').innerText.includes('hidden_fields')")
