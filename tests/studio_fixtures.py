@@ -51,3 +51,13 @@ def choose(page, dropdown: str, option: str) -> None:
     page.locator(f"{dropdown} input").click()
     page.get_by_role("option", name=option, exact=True).click()
     page.wait_for_function(f"document.querySelector('{dropdown} input').value === {json.dumps(option)}")
+
+
+def one_question_at_a_time(page) -> None:
+    """Switch the Annotate tab to the one-question view (the item view is the default for up to six
+    questions), once the page load has set the default; nothing when it is on already."""
+    if page.locator("#annotate-start").is_visible():
+        return
+    page.locator("#itemview-queue").wait_for()
+    page.get_by_label("One question at a time").check()
+    page.locator("#annotate-start").wait_for()

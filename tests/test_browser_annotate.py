@@ -14,7 +14,7 @@ from storage import repo
 from storage.db import Database
 from storage.models import Question, Response
 from conftest import TICKETS
-from studio_fixtures import choose, serve_studio
+from studio_fixtures import choose, one_question_at_a_time, serve_studio
 
 
 def tickets_db(path, engine, n=6):
@@ -37,6 +37,7 @@ def tickets_db(path, engine, n=6):
 
 
 def start(page, question: str, queue: str) -> None:
+    one_question_at_a_time(page)
     choose(page, "#annotate-question", question)
     choose(page, "#annotate-queue", queue)
     page.locator("#annotate-start").click()
@@ -74,6 +75,7 @@ def test_undo_stays_in_the_session_and_its_question(browser, tmp_path, dgemma_en
     with server:
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(server.url)
+        one_question_at_a_time(page)
         assert "Backspace" in page.inner_text("#keys-help")
         page.get_by_role("tab", name="Project").click()  # the setting is part of the schema a person edits
         page.wait_for_function("document.querySelector('#schema-json').innerText.includes('hidden_fields')")

@@ -22,7 +22,7 @@ from storage import repo
 from storage.db import Database
 from storage.models import Project, Question, Response
 from diffjev.ui.studio import DEMO_PROJECT, ensure_project
-from studio_fixtures import choose, serve_studio
+from studio_fixtures import choose, one_question_at_a_time, serve_studio
 
 WAIT_MS = 30_000
 OWN = "helpdesk"
@@ -108,6 +108,7 @@ def press(page, key: str, until: str | None = None) -> str:
 def start(page, question: str, queue: str) -> None:
     choose(page, "#annotate-question", question)
     choose(page, "#annotate-queue", queue)
+    one_question_at_a_time(page)
     page.locator("#annotate-start").click()
 
 
@@ -193,6 +194,7 @@ def walk_the_demo(browser, db: Database, engine: Engine) -> None:
         page.goto(server.url)
         shows(page, "#annotate-prelabel", "Pre-labeling (run 1): 0/60 read")
         # Nothing read yet: the queue serves items in order, saying there is no suggestion yet.
+        one_question_at_a_time(page)
         page.locator("#annotate-start").click()  # the first question, least confidence first
         shows(page, "#suggestion-info", "No suggestion for this item.")
         assert_no_gold(page)
@@ -203,6 +205,7 @@ def walk_the_demo(browser, db: Database, engine: Engine) -> None:
         )
         line = page.inner_text("#annotate-prelabel")
         assert "items/s" in line and "ETA" in line, line
+        one_question_at_a_time(page)
         page.locator("#annotate-start").click()  # the three items read are in the queue at once
         shows(page, "#suggestion-info", "Model:")
         assert_no_gold(page)

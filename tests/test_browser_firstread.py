@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from diffjev.services.prelabel import prelabel
 from storage.models import Item, Response, Run, Suggestion
 from conftest import TICKETS
-from studio_fixtures import choose, serve_studio, studio_db
+from studio_fixtures import choose, one_question_at_a_time, serve_studio, studio_db
 
 TEXTS = [f"Ticket number {i}: the export is failing" for i in range(4)]
 DISTRIBUTION = "#distribution [data-testid$='-confidence-set']"
@@ -19,6 +19,7 @@ DISTRIBUTION = "#distribution [data-testid$='-confidence-set']"
 def start(page, queue: str) -> None:
     choose(page, "#annotate-question", "team")
     choose(page, "#annotate-queue", queue)
+    one_question_at_a_time(page)
     page.locator("#annotate-start").click()
 
 

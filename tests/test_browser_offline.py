@@ -4,7 +4,7 @@ distribution drawn beside it is then renormalised from scraps, and the page says
 from sqlalchemy import select
 
 from storage.models import Suggestion
-from studio_fixtures import choose, serve_studio, studio_db
+from studio_fixtures import choose, one_question_at_a_time, serve_studio, studio_db
 
 
 def test_a_low_label_mass_is_named_beside_the_distribution(browser, tmp_path, dgemma_engine):
@@ -20,6 +20,7 @@ def test_a_low_label_mass_is_named_beside_the_distribution(browser, tmp_path, dg
         page.get_by_role("tab", name="Annotate").click()
         choose(page, "#annotate-question", "urgent")
         choose(page, "#annotate-queue", "Unlabeled, in order")
+        one_question_at_a_time(page)
         page.locator("#annotate-start").click()
         page.wait_for_function("document.querySelector('#suggestion-info').innerText.includes('Model:')")
         info = page.inner_text("#suggestion-info")

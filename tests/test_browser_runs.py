@@ -13,7 +13,7 @@ from diffjev.services.prelabel import prelabel
 from storage.models import Run
 from conftest import TICKETS
 from faulty_servers import closed_port_url
-from studio_fixtures import choose, serve_studio, studio_db
+from studio_fixtures import choose, one_question_at_a_time, serve_studio, studio_db
 
 TEMPLATED = {**TICKETS, "samples": 1, "template": "Urgent: {urgent}\nTeam: {team}\nTone: {tone}"}
 TEXTS = ["The site is down", "Refund my invoice", "Add two seats", "Reset my password"]
@@ -54,6 +54,7 @@ def test_a_refused_jev_run_leaves_the_queue_and_the_export(browser, tmp_path, dg
         page.wait_for_selector("text=cannot use a custom template", timeout=30_000)
         page.get_by_role("tab", name="Annotate").click()
         choose(page, "#annotate-question", "team")
+        one_question_at_a_time(page)
         page.locator("#annotate-start").click()
         page.wait_for_selector("#item .dj-text")
         assert "Model:" in page.inner_text("#suggestion-info")
@@ -83,6 +84,7 @@ def test_a_run_in_progress_keeps_the_queue_shows_its_progress_and_runs_are_liste
         page.goto(server.url)
         # the new run has stored nothing yet: the queue still serves the first run's suggestions
         choose(page, "#annotate-question", "team")
+        one_question_at_a_time(page)
         page.locator("#annotate-start").click()
         page.wait_for_selector("#item .dj-text")
         assert "Model:" in page.inner_text("#suggestion-info")

@@ -7,7 +7,7 @@ import os
 from sqlalchemy import select
 
 from storage.models import Response
-from studio_fixtures import choose, serve_studio, studio_db
+from studio_fixtures import choose, one_question_at_a_time, serve_studio, studio_db
 
 SMALL_SCHEMA = {
     "instructions": "Support tickets.",
@@ -60,6 +60,7 @@ def test_schema_import_prelabel_annotate_by_keyboard_undo_and_export(browser, tm
         page.get_by_role("tab", name="Annotate").click()
         choose(page, "#annotate-question", "team")
         choose(page, "#annotate-queue", "Unlabeled, in order")
+        one_question_at_a_time(page)
         page.locator("#annotate-start").click()
         page.wait_for_selector("#item .dj-text")
         assert page.inner_text("#question-text") == "Which team?"
@@ -104,6 +105,7 @@ def test_markup_in_an_item_is_shown_as_text_and_never_runs(browser, tmp_path, dg
     with server:
         page = browser.new_page()
         page.goto(server.url)
+        one_question_at_a_time(page)
         page.locator("#annotate-start").click()
         page.wait_for_selector("#item .dj-text")
         page.wait_for_timeout(300)
@@ -133,6 +135,7 @@ def test_instructions_load_no_remote_image(browser, tmp_path, dgemma_engine):
             asked = []
             page.on("request", lambda r: asked.append(r.url))
             page.goto(server.url)
+            one_question_at_a_time(page)
             page.locator("#annotate-start").click()
             page.wait_for_function("document.querySelector('#question-text').innerText.includes('Urgent?')")
             page.wait_for_timeout(1000)

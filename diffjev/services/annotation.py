@@ -370,27 +370,26 @@ def undo_last(
         for event in session.scalars(answers.order_by(Event.id.desc()).limit(200)):
             if event.id in undone:
                 continue
-            response = session.get(Response, event.payload["response_id"])
-            before = event.payload.get("before")
-            if response is not None:
-                if before is None:
-                    session.delete(response)
-                else:
-                    response.value, response.status, response.source = (
-                        before["value"],
-                        before["status"],
-                        before["source"],
-                    )
-                    response.revision += 1
-                session.flush()
-            repo.refresh_open(session, event.item_id, event.question_id)
-            repo.log(
-                session, annotator, "response.undone", project_id, event.item_id, event.question_id, undoes=event.id
-            )
+            _take_back(session, event, annotator, project_id)
             return event.item_id, event.question_id
         return None
 
     return db.write(work)
+
+
+def _take_back(session, event: Event, annotator: str, project_id: int) -> None:
+    """Undo one stored answer or skip (a `response.*` event): the answer before it is back, or none."""
+    response = session.get(Response, event.payload["response_id"])
+    before = event.payload.get("before")
+    if response is not None:
+        if before is None:
+            session.delete(response)
+        else:
+            response.value, response.status, response.source = before["value"], before["status"], before["source"]
+            response.revision += 1
+        session.flush()
+    repo.refresh_open(session, event.item_id, event.question_id)
+    repo.log(session, annotator, "response.undone", project_id, event.item_id, event.question_id, undoes=event.id)
 
 
 def last_undo_was_a_skip(db: Database, project_id: int, annotator: str) -> bool:
@@ -557,3 +556,378 @@ def reads_mark(db: Database, project_id: int) -> tuple:
     """Changes whenever a read of the project is stored or its newest run starts or ends (repo.reads_mark)."""
     with db.read() as session:
         return repo.reads_mark(session, project_id)
+
+
+# The item view: every question of one item on one screen -------------------------------------------------
+#
+# An item is in the item view's queues while any of its questions is open (nobody has answered it): an item
+# whose every question this annotator answered leaves them. Leases: the item view holds the lease of every
+# question of the item (the per-question leases above, no table of its own), so neither the item view nor the
+# one-question view of another annotator hands out the item meanwhile. Accepting an item stores every
+# question's answer in one transaction and logs an `item.answered` event naming them; undo takes back that
+# event's answers as one unit.
+
+ITEM_STRATEGIES = ("in_order", "least_confidence", "skipped")
+
+
+class MissingAnswer(ValueError):
+    """A question of the item has no answer chosen (no suggestion to preselect, nothing picked)."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One question of an item as the item view shows it. `applies` is False for a question not asked of
+    this item (a staged question whose condition an earlier answer does not meet): it is hidden and
+    nothing is stored for it."""
+
+    question: Question
+    row: int
+    applies: bool
+    suggestion: dict[str, Any] | None
+    revision: int | None  # this annotator's stored answer's revision, for the stale-write guard
+    current: str | None  # this annotator's submitted answer, if any
+    skipped: bool  # this annotator skipped the question for this item and has not answered it since
+
+    @property
+    def preselected(self) -> str | None:
+        """What the view shows chosen: the annotator's own answer, else the model's, else nothing."""
+        if self.current is not None:
+            return self.current
+        return self.suggestion["answer"] if self.suggestion else None
+
+
+@dataclass(frozen=True)
+class ItemCard:
+    """One item and every question of the schema."""
+
+    project_id: int
+    item_id: int
+    external_id: str | None
+    text: str
+    fields: dict[str, Any]
+    entries: tuple[Entry, ...]
+
+    @property
+    def asked(self) -> tuple[Entry, ...]:
+        return tuple(e for e in self.entries if e.applies)
+
+
+def next_item_card(
+    db: Database,
+    project_name: str,
+    strategy: str,
+    annotator: str,
+    skip_item: int | None = None,
+    run: int | None = None,
+) -> ItemCard | None:
+    """Lease every question of the next item for this annotator and return it, or None when the queue is
+    empty. `least_confidence` orders items by their least confident open question."""
+    if strategy not in ITEM_STRATEGIES:
+        raise ValueError(f"unknown item queue {strategy!r}; choose one of {', '.join(ITEM_STRATEGIES)}")
+    project_id, schema, rows, latest = project_schema(db, project_name)
+    if run is not None:
+        with db.read() as session:
+            repo.get_run(session, run, project_id)  # another project's run is not found
+    question_rows = [rows[q.id] for q in schema.questions]
+    claimed_by_others: list[int] = []
+
+    def pick(session) -> int | None:
+        now = utcnow()
+        exclude = set(claimed_by_others)
+        for row in question_rows:
+            exclude.update(repo.leased_by_others(session, row, annotator, now))
+        if skip_item is not None:
+            exclude.add(skip_item)
+        if strategy == "skipped":
+            return _oldest_skipped_item(session, question_rows, annotator, exclude)
+        for row in question_rows:
+            exclude.update(_skipped_items(session, row, annotator))
+        if latest is None and run is None:  # no run has read anything: items in order
+            found = [repo.next_unlabeled_item(session, project_id, row, exclude) for row in question_rows]
+            return min((i for i in found if i is not None), default=None)
+        return _first_open_item(session, run, question_rows, strategy, exclude)
+
+    def claim(session) -> int | None:
+        while True:
+            picked_at = utcnow()
+            item_id = pick(session)
+            if item_id is None or _lease_item(session, item_id, question_rows, annotator, picked_at):
+                return item_id
+            claimed_by_others.append(item_id)
+
+    item_id = db.write(claim)
+    if item_id is None:
+        return None
+    return load_item_card(db, project_id, item_id, schema, rows, run, annotator)
+
+
+def _first_open_item(session, run_id: int | None, question_rows: list[int], strategy: str, exclude: set[int]):
+    """The first item by the queue's order over every question's open suggestions: one index seek per
+    question, then the best of those (the lowest confidence, or the lowest item id)."""
+    order = repo.QUEUE_ORDER[strategy]
+    best: tuple | None = None
+    for row in question_rows:
+        query = select(Suggestion.item_id, Suggestion.confidence).where(
+            repo.of_run(run_id), Suggestion.question_id == row, Suggestion.is_open
+        )
+        if exclude:
+            query = query.where(Suggestion.item_id.not_in(exclude))
+        found = session.execute(query.order_by(order, Suggestion.item_id).limit(1)).first()
+        if found is None:
+            continue
+        key = (found.confidence, found.item_id) if strategy == "least_confidence" else (found.item_id,)
+        best = min(best, key) if best is not None else key
+    return None if best is None else best[-1]
+
+
+def _oldest_skipped_item(session, question_rows: list[int], annotator: str, exclude: set[int]) -> int | None:
+    """The item this annotator skipped longest ago, over every question."""
+    oldest: tuple | None = None
+    for row in question_rows:
+        query = _open_skips(row, annotator).add_columns(Response.updated_at, Response.id)
+        if exclude:
+            query = query.where(Response.item_id.not_in(exclude))
+        found = session.execute(query.limit(1)).first()
+        if found is not None:
+            key = (found.updated_at, found.id, found.item_id)
+            oldest = min(oldest, key) if oldest is not None else key
+    return None if oldest is None else oldest[-1]
+
+
+def _lease_item(session, item_id: int, question_rows: list[int], annotator: str, picked_at) -> bool:
+    """Hold the item for every question, or for none: a question another annotator holds gives back the
+    others taken here, and the item is not this annotator's."""
+    until = utcnow() + LEASE
+    taken = []
+    for row in question_rows:
+        if not repo.take_lease(session, item_id, row, annotator, until, picked_at):
+            for row_taken in taken:
+                repo.release_lease(session, item_id, row_taken, annotator)
+            return False
+        taken.append(row)
+    return True
+
+
+def question_applies(question: Question, answers: dict[str, str | None]) -> bool:
+    """Whether a question is asked of an item given the answers chosen so far. Every question is asked
+    today; a staged question (asked only when an earlier answer is X) decides here."""
+    return True
+
+
+def load_item_card(
+    db: Database,
+    project_id: int,
+    item_id: int,
+    schema: Schema,
+    rows: dict[str, int],
+    run_id: int | None,
+    annotator: str,
+) -> ItemCard:
+    """The item with every question, its suggestion (run `run_id`'s, or the current one) and this
+    annotator's answer: three reads, whatever the number of questions."""
+    question_rows = [rows[q.id] for q in schema.questions]
+    with db.read() as session:
+        item = repo.project_item(session, project_id, item_id)
+        hidden = repo.hidden_fields(session, project_id)
+        suggestions = {
+            s.question_id: s
+            for s in session.scalars(
+                select(Suggestion).where(
+                    repo.of_run(run_id), Suggestion.item_id == item_id, Suggestion.question_id.in_(question_rows)
+                )
+            )
+        }
+        mine = {
+            r.question_id: r
+            for r in session.scalars(
+                select(Response).where(
+                    Response.item_id == item_id,
+                    Response.question_id.in_(question_rows),
+                    Response.annotator == annotator,
+                )
+            )
+        }
+        entries = []
+        chosen: dict[str, str | None] = {}
+        for question in schema.questions:
+            row = rows[question.id]
+            s, r = suggestions.get(row), mine.get(row)
+            suggestion = None if s is None else _suggestion_view(session, s, row, question)
+            entry = Entry(
+                question,
+                row,
+                question_applies(question, chosen),
+                suggestion,
+                r.revision if r else None,
+                r.value if r is not None and r.status == "submitted" else None,
+                r is not None and r.status == "skipped",
+            )
+            chosen[question.id] = entry.preselected
+            entries.append(entry)
+        return ItemCard(
+            project_id,
+            item.id,
+            item.external_id,
+            item.text,
+            {name: value for name, value in item.fields.items() if name not in hidden},
+            tuple(entries),
+        )
+
+
+def _suggestion_view(session, s: Suggestion, row: int, question: Question) -> dict[str, Any]:
+    return {
+        "id": s.id,
+        "answer": s.answer,
+        "distribution": dict(s.distribution),
+        "confidence": s.confidence,
+        "label_mass": s.label_mass,
+        "stderr": s.stderr,
+        "draws": s.draws,
+        "run": s.run_id,
+        "calibrated": calibrated_confidence(session, s.run_id, row, s.distribution, question),
+    }
+
+
+def chosen_answers(card: ItemCard, choices: dict[str, Any]) -> dict[str, str]:
+    """Every asked question's answer from `choices` (question id -> answer; a question left out keeps
+    what the view preselected). A question with nothing chosen, or an answer that is not one of the
+    question's, is refused by name."""
+    answers = {}
+    for entry in card.asked:
+        value = choices.get(entry.question.id) or entry.preselected
+        if value is None:
+            raise MissingAnswer(
+                f"{entry.question.id} has no answer chosen (no suggestion for this item): pick one with its "
+                "number or a click, then press Enter"
+            )
+        if value not in entry.question.names:
+            raise ValueError(
+                f"{value!r} is not an answer to {entry.question.id}; answers: {', '.join(entry.question.names)}"
+            )
+        answers[entry.question.id] = value
+    return answers
+
+
+def accept_item(db: Database, card: ItemCard, annotator: str, choices: dict[str, Any], seconds: float | None) -> int:
+    """Store every asked question's answer to the item in one transaction, release the item's leases and
+    log one `item.answered` event naming the answers (what undo takes back). The seconds spent on the
+    item are shared evenly between its answers, so sums of time per annotator stay right. Returns that
+    event's id."""
+    answers = chosen_answers(card, choices)
+    share = None if seconds is None else seconds / max(1, len(answers))
+    stored = []
+    for entry in card.asked:
+        value, shown = answers[entry.question.id], entry.suggestion is not None
+        if shown and value == entry.suggestion["answer"]:
+            source = "accepted"
+        else:
+            source = "corrected" if shown else "manual"
+        stored.append(
+            (
+                repo.ResponseInput(
+                    card.item_id,
+                    entry.row,
+                    annotator,
+                    value,
+                    source,
+                    "submitted",
+                    suggestion_id=entry.suggestion["id"] if shown else None,
+                    suggestion_shown=shown,
+                    seconds=share,
+                ),
+                entry.revision,
+            )
+        )
+    return _store_item(db, card, annotator, stored, "submitted", seconds)
+
+
+def skip_item(db: Database, card: ItemCard, annotator: str, seconds: float | None) -> int:
+    """Skip the item: a skip for every asked question this annotator has not answered (an answer given
+    stays), in one transaction, so the item waits in the Skipped queue. Returns the event's id."""
+    stored = [
+        (repo.ResponseInput(card.item_id, entry.row, annotator, None, "manual", "skipped"), entry.revision)
+        for entry in card.asked
+        if entry.current is None
+    ]
+    return _store_item(db, card, annotator, stored, "skipped", seconds)
+
+
+def _store_item(db: Database, card: ItemCard, annotator: str, stored: list, status: str, seconds: float | None) -> int:
+    def work(session) -> int:
+        mark = session.scalar(select(func.max(Event.id))) or 0
+        for response, revision in stored:
+            repo.respond(session, response, expected_revision=revision)
+        for entry in card.entries:
+            repo.release_lease(session, card.item_id, entry.row, annotator)
+        answered = list(
+            session.scalars(
+                select(Event.id).where(
+                    Event.project_id == card.project_id,
+                    Event.actor == annotator,
+                    Event.id > mark,
+                    Event.item_id == card.item_id,
+                    Event.kind.in_(("response.submitted", "response.skipped")),
+                )
+            )
+        )
+        repo.log(
+            session,
+            annotator,
+            "item.answered",
+            card.project_id,
+            card.item_id,
+            events=answered,
+            status=status,
+            seconds=seconds,
+        )
+        mine = select(func.max(Event.id)).where(Event.project_id == card.project_id, Event.actor == annotator)
+        return session.scalar(mine)
+
+    try:
+        return db.write(work)
+    except repo.NotFound:
+        raise ItemRemoved(
+            f"item {card.external_id or card.item_id} was removed from the project (its import was undone or "
+            f"it was deleted); nothing was stored for it"
+        ) from None
+
+
+def undo_last_item(
+    db: Database, project_id: int, annotator: str, since_event: int | None = None
+) -> tuple[int, str] | None:
+    """Take back the annotator's last item still standing (every answer or skip stored with it, as one
+    unit); returns (item id, "submitted" or "skipped"), or None when nothing is left. With `since_event`
+    (an `undo_mark`), only an item answered since then."""
+    items = select(Event).where(Event.project_id == project_id, Event.actor == annotator, Event.kind == "item.answered")
+    undos = select(Event).where(
+        Event.project_id == project_id,
+        Event.actor == annotator,
+        Event.kind.in_(("item.undone", "response.undone")),
+    )
+    if since_event is not None:
+        items, undos = items.where(Event.id > since_event), undos.where(Event.id > since_event)
+
+    def work(session) -> tuple[int, str] | None:
+        undone = {e.payload.get("undoes") for e in session.scalars(undos)}
+        for item_event in session.scalars(items.order_by(Event.id.desc()).limit(200)):
+            if item_event.id in undone:
+                continue
+            answers = session.scalars(
+                select(Event).where(Event.id.in_(item_event.payload["events"])).order_by(Event.id.desc())
+            )
+            for event in answers:
+                if event.id not in undone:  # one answer of it may have been undone in the one-question view
+                    _take_back(session, event, annotator, project_id)
+            repo.log(session, annotator, "item.undone", project_id, item_event.item_id, undoes=item_event.id)
+            return item_event.item_id, item_event.payload.get("status", "submitted")
+        return None
+
+    return db.write(work)
+
+
+def item_progress(db: Database, project_id: int, rows: dict[str, int]) -> tuple[dict[str, int], int]:
+    """(items with an answer, per question id; items in the project)."""
+    with db.read() as session:
+        return {key: repo.answered_count(session, row) for key, row in rows.items()}, repo.count_items(
+            session, project_id
+        )

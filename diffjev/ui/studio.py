@@ -33,7 +33,7 @@ from diffjev.settings import Listening, start_listening
 from storage import repo
 from storage.db import Database
 from storage.models import Project
-from diffjev.ui import adjudicate, annotate, data, items, playground, project, review
+from diffjev.ui import adjudicate, annotate, data, item_view, items, playground, project, review
 from diffjev.ui.access import AccessGate, hub_sign_in_configured, signed_in_hub_user
 from diffjev.ui.context import Studio, md_text
 
@@ -161,7 +161,7 @@ def build_blocks(studio: Studio) -> gr.Blocks:
             studio.on_load.append((members_note_shown, [], [members_note]))
         with gr.Tabs():
             with gr.Tab("Annotate", id="annotate"):
-                annotate.build(studio)
+                item_view.build_tab(studio)
             with gr.Tab("Project", id="project"):
                 project.build(studio)
             with gr.Tab("Import", id="import") as import_tab:
@@ -252,8 +252,8 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
         auth=login_check(studio, auth, throttle) if auth else None,
         auth_dependency=signed_in_hub_user if hub_sign_in else None,
         auth_message="Log in with your diffjev user and password.",
-        css=CSS + playground.CSS,
-        head=annotate.KEYS_JS,
+        css=CSS + playground.CSS + item_view.CSS,
+        head=annotate.KEYS_JS + item_view.KEYS_JS,
         max_file_size=studio.max_upload,
         # Only messages written for people (gr.Error) reach the page; anything else, such as
         # a database error with its SQL and parameters, stays in the server's log.

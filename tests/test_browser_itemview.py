@@ -1,0 +1,74 @@
+"""The item view in a real browser: keys move between questions and pick within them, Enter stores every
+question's answer at once and the next item shows, and markup in an item or an answer is shown, not run."""
+
+import json
+
+from sqlalchemy import select
+
+from storage import repo
+from storage.models import Question, Response
+from studio_fixtures import serve_studio, studio_db
+
+SCHEMA = {
+    "questions": [
+        {"id": "color", "type": "choice", "instructions": "Which colour?", "options": ["<i>red</i>", "blue", "green"]},
+        {"id": "urgent", "type": "yes_no", "instructions": "Urgent?"},
+    ],
+    "samples": 1,
+}
+TEXTS = [f'<img src=x onerror="window.ranMarkup = 1"> ticket {i}: the screen is <b>red</b>' for i in range(3)]
+
+
+def stored(db) -> dict[tuple[str, str], str | None]:
+    with db.read() as session:
+        rows = session.execute(
+            select(repo.Item.external_id, Question.key, Response.value)
+            .join(repo.Item, repo.Item.id == Response.item_id)
+            .join(Question, Question.id == Response.question_id)
+        ).all()
+    return {(item, key): value for item, key, value in rows}
+
+
+def chosen(page) -> dict[str, str]:
+    return page.evaluate(
+        "Object.fromEntries(Array.from(document.querySelectorAll('#itemview .dj-iq'))"
+        ".map((q) => [q.dataset.q, q.dataset.chosen]))"
+    )
+
+
+def test_keys_pick_and_enter_stores_the_whole_item(browser, tmp_path, dgemma_engine):
+    db = studio_db(tmp_path / "itemview.db", TEXTS, prelabel_with=dgemma_engine, schema=SCHEMA)
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(server.url)
+        page.locator("#itemview-queue").wait_for()  # the item view is the default for two questions
+        page.locator("#itemview-start").click()
+        page.locator("#itemview .dj-iq").first.wait_for()
+        first = page.inner_text("#itemview .dj-id")
+        # markup in the item and in an answer's name is shown as text, never run
+        assert "<img src=x" in page.inner_text("#itemview .dj-text")
+        assert "<i>red</i>" in page.inner_text("#itemview .dj-iq[data-q='color']")
+        assert page.locator("#itemview img, #itemview .dj-iq i").count() == 0
+        assert page.evaluate("window.ranMarkup") is None
+        page.locator("#itemview .dj-text").click()  # the keys go to the page, not the Start button
+        page.keyboard.press("2")  # the first question has the focus: its second answer
+        page.keyboard.press("ArrowDown")
+        page.keyboard.press("1")
+        page.keyboard.press("ArrowRight")  # the next answer of the focused question
+        assert chosen(page) == {"color": "blue", "urgent": "no"}
+        page.keyboard.press("Shift+Tab")  # back to the first question
+        page.keyboard.press("ArrowLeft")
+        assert chosen(page) == {"color": "<i>red</i>", "urgent": "no"}
+        # a click on an answer picks it
+        page.locator("#itemview .dj-iq[data-q='color'] .dj-opt[data-v='green']").click()
+        assert chosen(page) == {"color": "green", "urgent": "no"}
+        page.keyboard.press("Enter")
+        page.wait_for_function(f"document.querySelector('#itemview .dj-id').innerText !== {json.dumps(first)}")
+        external = first.removeprefix("item ")
+        assert stored(db) == {(external, "color"): "green", (external, "urgent"): "no"}
+        assert "Saved the last item" in page.inner_text("#itemview-progress")
+        # U takes the whole item back
+        page.keyboard.press("u")
+        page.wait_for_function(f"document.querySelector('#itemview .dj-id').innerText === {json.dumps(first)}")
+        assert stored(db) == {}
