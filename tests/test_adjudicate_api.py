@@ -5,6 +5,7 @@ import pytest
 from gradio_client import Client
 from sqlalchemy import select
 
+from storage import repo
 from storage.db import Database
 from storage.models import Adjudication
 from studio_fixtures import serve_studio
@@ -19,6 +20,8 @@ def test_an_annotator_cannot_adjudicate_through_the_api_and_a_reviewer_can(tmp_p
     ids = project(db, items=2)
     answer(db, ids, "t0", "ann", "billing", 1.0)
     answer(db, ids, "t0", "bob", "technical", 1.0)
+    with db.session() as session:  # naming reviewers leaves the other members answering only
+        repo.set_reviewers(session, "p", ["rita"], "owner")
     server, _ = serve_studio(db, dgemma_engine, name="p", auth=USERS)
     with server:
         ann = Client(server.url, auth=USERS[1], verbose=False)
@@ -26,7 +29,7 @@ def test_an_annotator_cannot_adjudicate_through_the_api_and_a_reviewer_can(tmp_p
             lambda: ann.predict("t0", "team", "billing", "", "mine", "latest", False, False, api_name="/adjudicate"),
             lambda: ann.predict("latest", False, False, api_name="/adjudicate_cases"),
         ):
-            with pytest.raises(Exception, match="Adjudication is for the project's reviewers and admins"):
+            with pytest.raises(Exception, match="Adjudication is for the reviewers and admins of p"):
                 call()
         with db.read() as session:
             assert session.scalars(select(Adjudication)).all() == []

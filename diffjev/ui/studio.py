@@ -50,6 +50,11 @@ CSS = """
 .dj-slot { background: #fde68a; padding: 0 3px; font-weight: bold; }
 .dj-preview pre { white-space: pre-wrap; max-height: 20em; overflow: auto; }
 """
+# The tabs of those who run a project (import, pre-label, review, adjudicate, export): not on an annotator's page.
+REVIEWERS_TABS = ("import", "prelabel", "review", "adjudicate", "export")
+CSS += "body.dj-annotator button[role=tab]:is(%s) { display: none; }\n" % ", ".join(
+    f"[data-tab-id={tab}]" for tab in REVIEWERS_TABS
+)
 
 
 def default_db_location() -> str:
@@ -164,28 +169,30 @@ def build_blocks(studio: Studio) -> gr.Blocks:
                 item_view.build_tab(studio)
             with gr.Tab("Project", id="project"):
                 project.build(studio)
-            with gr.Tab("Import", id="import") as import_tab:
+            with gr.Tab("Import", id="import"):
                 data.build_import(studio)
             with gr.Tab("Items", id="items"):
                 items.build(studio)
-            with gr.Tab("Pre-label", id="prelabel") as prelabel_tab:
+            with gr.Tab("Pre-label", id="prelabel"):
                 data.build_prelabel(studio)
             with gr.Tab("Review", id="review") as review_tab:
                 review.build(studio, review_tab)
             with gr.Tab("Adjudicate", id="adjudicate") as adjudicate_tab:
                 adjudicate.build(studio, adjudicate_tab)
-            with gr.Tab("Export", id="export") as export_tab:
+            with gr.Tab("Export", id="export"):
                 data.build_export(studio)
             with gr.Tab("Try a read", id="try"):
                 playground.build(studio.slot)
-        reviewers_tabs = [import_tab, prelabel_tab, review_tab, adjudicate_tab, export_tab]
+        # An annotator's page shows the tabs for answering; the handlers of the others refuse them too. The
+        # tabs are hidden by a class on the page: Gradio 6.31's pages ignore a Tab's `visible`.
+        role = gr.Textbox(visible="hidden", elem_id="dj-role")
 
-        def tabs_for_role(request: gr.Request) -> tuple:
-            """An annotator's page shows the tabs for answering; the handlers of the others refuse them too."""
-            shown = studio.scope(request).may_review()
-            return tuple(gr.Tab(visible=shown) for _ in reviewers_tabs)
+        def role_of(request: gr.Request) -> str:
+            return studio.scope(request).role
 
-        studio.on_load.append((tabs_for_role, [], reviewers_tabs))
+        blocks.load(role_of, [], [role], api_visibility="private").then(
+            None, [role], None, js="(role) => { document.body.classList.toggle('dj-annotator', role === 'annotator'); }"
+        )
         for handler, inputs, outputs in studio.on_load:
             blocks.load(handler, inputs, outputs, api_visibility="private")
     return blocks
