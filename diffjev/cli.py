@@ -114,6 +114,19 @@ def cmd_members(args: argparse.Namespace) -> None:
     print(f"project {args.project!r}: " + ("open to every user" if members is None else f"only {', '.join(members)}"))
 
 
+def cmd_reviewers(args: argparse.Namespace) -> None:
+    from storage import repo
+
+    if (args.users is None) == (not args.none):
+        raise UserError("give the reviewers as user1,user2, or --none to let every member run the project")
+    with _db(args).session() as session:
+        reviewers = repo.set_reviewers(session, args.project, None if args.none else args.users.split(","), args.user)
+    print(
+        f"project {args.project!r}: "
+        + (f"reviewers {', '.join(reviewers)}; other members answer only" if reviewers else "every member runs it")
+    )
+
+
 def cmd_hash_password(args: argparse.Namespace) -> None:
     import getpass
 
@@ -380,6 +393,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--project", required=True)
     p.add_argument("users", nargs="?", help="user1,user2: the only users who may open the project in the studio")
     p.add_argument("--open", action="store_true", help="let every user who can log in open the project")
+
+    p = command(
+        "reviewers",
+        cmd_reviewers,
+        "name a project's reviewers (they adjudicate, import, pre-label, export and change the schema; the other "
+        "members answer only), or --none to let every member do so",
+    )
+    p.add_argument("--project", required=True)
+    p.add_argument("users", nargs="?", help="user1,user2: the project's reviewers")
+    p.add_argument("--none", action="store_true", help="name no reviewers: every member runs the project")
 
     command(
         "hash-password",

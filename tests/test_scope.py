@@ -131,3 +131,35 @@ def test_annotators_only_answer_where_reviewers_are_named(two_projects, dgemma_e
     finally:
         with db.session() as session:
             repo.set_reviewers(session, "alpha", None, "owner")
+
+
+def test_the_command_line_names_a_projects_reviewers(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from conftest import TICKETS
+    from storage.db import Database
+
+    def diffjev(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "diffjev.cli", *args, "--db", str(tmp_path / "cli.db")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    (tmp_path / "schema.json").write_text(json.dumps(TICKETS))
+    assert diffjev("init", "--project", "p", "--schema", str(tmp_path / "schema.json")).returncode == 0
+    named = diffjev("reviewers", "--project", "p", "alice, bob")
+    assert named.returncode == 0 and "reviewers alice, bob; other members answer only" in named.stdout, named
+    db = Database(tmp_path / "cli.db")
+    with db.read() as session:
+        assert repo.project_access(session, "p", "carol", admin=False) == (1, "annotator")
+        assert repo.project_access(session, "p", "bob", admin=False) == (1, "reviewer")
+    refused = diffjev("reviewers", "--project", "p")
+    assert refused.returncode != 0 and "user1,user2, or --none" in refused.stderr
+    cleared = diffjev("reviewers", "--project", "p", "--none")
+    assert cleared.returncode == 0 and "every member runs it" in cleared.stdout
+    with db.read() as session:
+        assert repo.project_access(session, "p", "carol", admin=False) == (1, "reviewer")
