@@ -33,7 +33,7 @@ from diffjev.settings import Listening, start_listening
 from storage import repo
 from storage.db import Database
 from storage.models import Project
-from diffjev.ui import adjudicate, annotate, data, item_view, items, playground, project, review
+from diffjev.ui import adjudicate, annotate, data, item_view, items, playground, project, projects, review
 from diffjev.ui.access import AccessGate, hub_sign_in_configured, signed_in_hub_user
 from diffjev.ui.context import Studio, md_text
 
@@ -159,7 +159,8 @@ def build_blocks(studio: Studio) -> gr.Blocks:
                 return members_note_text(studio, request)
 
             studio.on_load.append((members_note_shown, [], [members_note]))
-        with gr.Tabs():
+        projects.build_picker(studio)
+        with gr.Tabs() as tabs:
             with gr.Tab("Annotate", id="annotate"):
                 item_view.build_tab(studio)
             with gr.Tab("Project", id="project"):
@@ -178,7 +179,9 @@ def build_blocks(studio: Studio) -> gr.Blocks:
                 data.build_export(studio)
             with gr.Tab("Try a read", id="try"):
                 playground.build(studio.slot)
-        reviewers_tabs = [import_tab, prelabel_tab, review_tab, adjudicate_tab, export_tab]
+            with gr.Tab("Projects", id="projects") as projects_tab:
+                projects.build(studio)
+        reviewers_tabs = [import_tab, prelabel_tab, review_tab, adjudicate_tab, export_tab, projects_tab]
 
         def tabs_for_role(request: gr.Request) -> tuple:
             """An annotator's page shows the tabs for answering; the handlers of the others refuse them too."""
@@ -186,6 +189,7 @@ def build_blocks(studio: Studio) -> gr.Blocks:
             return tuple(gr.Tab(visible=shown) for _ in reviewers_tabs)
 
         studio.on_load.append((tabs_for_role, [], reviewers_tabs))
+        studio.on_load.append((projects.opening_tab, [], [tabs]))
         for handler, inputs, outputs in studio.on_load:
             blocks.load(handler, inputs, outputs, api_visibility="private")
     return blocks
