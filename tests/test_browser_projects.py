@@ -27,7 +27,7 @@ def add_project(db, name, texts, members=None):
 def picker_options(page) -> list[str]:
     page.locator("#project-picker input").click()
     page.wait_for_selector("[role=option]")
-    options = page.locator("[role=option]").all_inner_texts()
+    options = [text.removeprefix("✓").strip() for text in page.locator("[role=option]").all_inner_texts()]
     page.keyboard.press("Escape")
     return options
 
@@ -46,20 +46,28 @@ def test_the_picker_lists_only_the_users_projects_and_picking_one_opens_it(
             assert context.request.post(f"{server.url}/login", form={"username": "bob", "password": "b-secret"}).ok
             page = context.new_page()
             page.goto(server.url)
-            page.wait_for_function("document.querySelector('#project-picker input').value === 'tickets'")
+            page.wait_for_function(
+                "(document.querySelector('#project-picker input')?.value || '').startsWith('tickets · ')"
+            )
             options = picker_options(page)
             assert [o.split(" · ")[0] for o in options] == ["shared", "tickets"]  # not "secret"
             assert " · 3 items · 0% answered · " in options[0]
-            choose(page, "#project-picker", options[0])
-            page.wait_for_url("**?project=shared")
-            page.wait_for_function("document.querySelector('#project-picker input').value === 'shared'")
+            page.locator("#project-picker input").fill("shared")  # the options narrow to the one typed
+            with page.expect_navigation(url="**?project=shared"):
+                page.keyboard.press("ArrowDown")
+                page.keyboard.press("Enter")
+            page.wait_for_function(
+                "(document.querySelector('#project-picker input')?.value || '').startsWith('shared · ')"
+            )
             page.reload()  # the address keeps the project
-            page.wait_for_function("document.querySelector('#project-picker input').value === 'shared'")
+            page.wait_for_function(
+                "(document.querySelector('#project-picker input')?.value || '').startsWith('shared · ')"
+            )
         finally:
             context.close()
 
 
-def test_a_new_project_from_the_form_opens_on_its_import_tab(tmp_path, dgemma_engine, browser):
+def test_a_new_project_opens_on_its_import_tab(tmp_path, dgemma_engine, browser):
     db = studio_db(tmp_path / "new.db", ["Site down"])
     server, _ = serve_studio(db, dgemma_engine)  # no logins: the local user is the admin
     with server:
@@ -70,10 +78,9 @@ def test_a_new_project_from_the_form_opens_on_its_import_tab(tmp_path, dgemma_en
             page.locator("#new-project-name input, #new-project-name textarea").fill("fresh")
             page.locator("#new-project-create").click()  # the form's one row has no id yet
             page.wait_for_function("document.querySelector('#new-project-error').innerText.includes('question row 1')")
-            cell = page.locator("#new-project-form tbody tr").first.locator("td").nth(0)
-            cell.dblclick()
-            page.keyboard.type("urgent")
-            page.keyboard.press("Enter")
+            page.get_by_label("JSON").check()  # the questions pasted as JSON this time
+            schema = {"questions": [{"id": "urgent", "type": "yes_no", "instructions": "Reply within the hour?"}]}
+            page.locator("#new-project-json .cm-content").fill(json.dumps(schema))
             page.wait_for_function("document.querySelector('#new-project-preview').innerText.includes('urgent')")
             page.locator("#new-project-create").click()
             page.wait_for_url("**?project=fresh&tab=import")

@@ -90,6 +90,7 @@ def test_a_project_from_the_form(db):
         ([["u", "yes_no", "?", ""], ["team", "choice", "Which?", ""]], "question row 2, options or levels: a choice"),
         ([["urgent", "yes_no", "Reply?", "a\nb"]], "question row 1, options or levels: a yes_no question has none"),
         ([["", "", "", ""]], "questions: add at least one question"),
+        ([["", "yes_no", "Reply?", ""]], "question row 1, id: give the question an id"),
     ],
 )
 def test_bad_form_input_names_the_row_and_field(rows, message):

@@ -76,6 +76,8 @@ def form_question(row_number: int, row: list[Any]) -> dict[str, Any] | None:
     if not any((qid, kind, instructions, answers)):
         return None
     where = f"question row {row_number}"
+    if not qid:
+        raise ProjectInputError(f"{where}, id: give the question an id (letters, digits, '_'), such as 'urgent'")
     if kind not in QUESTION_TYPES:
         raise ProjectInputError(f"{where}, type: {kind or 'empty'!r}; choose one of {', '.join(QUESTION_TYPES)}")
     question: dict[str, Any] = {"id": qid, "type": kind, "instructions": instructions}
