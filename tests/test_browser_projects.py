@@ -13,7 +13,7 @@ from diffjev.services.importing import import_items
 from storage import repo
 from storage.models import Item, Project, Response
 from conftest import TICKETS
-from studio_fixtures import choose, serve_studio, studio_db
+from studio_fixtures import choose, one_question_at_a_time, serve_studio, studio_db
 
 
 def add_project(db, name, texts, members=None):
@@ -85,7 +85,7 @@ def test_a_new_project_opens_on_its_import_tab(tmp_path, dgemma_engine, browser)
             page.locator("#new-project-create").click()
             page.wait_for_url("**?project=fresh&tab=import")
             page.wait_for_function(
-                "document.querySelector('[role=tab][aria-selected=true]').innerText.trim() === 'Import'"
+                "document.querySelector('[role=tab][aria-selected=true]')?.innerText.trim() === 'Import'"
             )
         finally:
             page.close()
@@ -96,6 +96,7 @@ def test_a_new_project_opens_on_its_import_tab(tmp_path, dgemma_engine, browser)
 
 
 def answer_first(page, question="urgent"):
+    one_question_at_a_time(page)
     choose(page, "#annotate-question", question)
     choose(page, "#annotate-queue", "Unlabeled, in order")
     page.locator("#annotate-start").click()
