@@ -206,3 +206,13 @@ def test_bad_assignments_are_named_and_nothing_is_stored(db):
         assert str(caught.value).startswith(message), text
     assert projects.roles_of(db, "p")[2] is None
     assert projects.set_assignments(db, "p", "[]", "root") is None  # an empty list: no assignments
+
+
+def test_roles_set_members_and_reviewers_and_the_list_follows(db):
+    make_project(db, "p", 1)
+    assert projects.set_roles(db, "p", "bob, carol\ncarol", "dave", "root") == (["bob", "carol"], ["dave"])
+    assert projects.roles_of(db, "p")[:2] == (["bob", "carol"], ["dave"])
+    assert [p.name for p in projects.project_list(db, "dave", admin=False)] == ["p"]  # a reviewer opens it
+    assert projects.project_list(db, "erin", admin=False) == []
+    assert projects.set_roles(db, "p", "", "", "root") == (None, [])  # open to everyone, no reviewers
+    assert [p.name for p in projects.project_list(db, "erin", admin=False)] == ["p"]
