@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import Text, and_, case, cast, delete, func, insert, select, update
+from sqlalchemy import Text, and_, case, cast, delete, false, func, insert, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
 from diffjev.decide import Decision
@@ -660,6 +660,7 @@ def next_in_queue(
     strategy: str,
     exclude: Iterable[int] = (),
     start_at: int | None = None,
+    shares: Sequence[tuple[int, int]] | None = None,
 ) -> int | None:
     """The next open item for one question of one run (None: of each item's current suggestion), by the
     strategy's order; with `start_at`, the first open item at or after that id (wrapping around), which
@@ -667,9 +668,7 @@ def next_in_queue(
     if strategy not in QUEUE_ORDER:
         raise ValueError(f"unknown queue {strategy!r}; choose one of {', '.join(QUEUE_ORDER)}")
     query = select(Suggestion.item_id).where(of_run(run_id), Suggestion.question_id == question_id, Suggestion.is_open)
-    exclude = list(exclude)
-    if exclude:
-        query = query.where(Suggestion.item_id.not_in(exclude))
+    query = narrowed(query, Suggestion.item_id, exclude, shares)
     if start_at is not None:
         found = session.scalar(query.where(Suggestion.item_id >= start_at).order_by(Suggestion.item_id).limit(1))
         return found if found is not None else session.scalar(query.order_by(Suggestion.item_id).limit(1))
@@ -677,7 +676,13 @@ def next_in_queue(
 
 
 def open_candidates(
-    session: Session, run_id: int | None, question_id: int, strategy: str, exclude: Iterable[int], limit: int
+    session: Session,
+    run_id: int | None,
+    question_id: int,
+    strategy: str,
+    exclude: Iterable[int],
+    limit: int,
+    shares: Sequence[tuple[int, int]] | None = None,
 ) -> list[tuple[int, str]]:
     """(item id, text) of the first open items by a strategy's order."""
     query = (
@@ -685,9 +690,7 @@ def open_candidates(
         .join(Item, Item.id == Suggestion.item_id)
         .where(of_run(run_id), Suggestion.question_id == question_id, Suggestion.is_open)
     )
-    exclude = list(exclude)
-    if exclude:
-        query = query.where(Suggestion.item_id.not_in(exclude))
+    query = narrowed(query, Suggestion.item_id, exclude, shares)
     return [tuple(r) for r in session.execute(query.order_by(QUEUE_ORDER[strategy], Suggestion.item_id).limit(limit))]
 
 
@@ -710,7 +713,12 @@ def previous_run(session: Session, project_id: int, run_id: int) -> int | None:
 
 
 def next_run_disagreement(
-    session: Session, run_id: int, other_run: int, question_id: int, exclude: Iterable[int]
+    session: Session,
+    run_id: int,
+    other_run: int,
+    question_id: int,
+    exclude: Iterable[int],
+    shares: Sequence[tuple[int, int]] | None = None,
 ) -> int | None:
     """The least confident open item on which two runs give different answers."""
     other = aliased(Suggestion)
@@ -729,14 +737,17 @@ def next_run_disagreement(
             Suggestion.answer != other.answer,
         )
     )
-    exclude = list(exclude)
-    if exclude:
-        query = query.where(Suggestion.item_id.not_in(exclude))
+    query = narrowed(query, Suggestion.item_id, exclude, shares)
     return session.scalar(query.order_by(Suggestion.confidence, Suggestion.item_id).limit(1))
 
 
 def next_human_disagreement(
-    session: Session, run_id: int | None, question_id: int, annotator: str, exclude: Iterable[int]
+    session: Session,
+    run_id: int | None,
+    question_id: int,
+    annotator: str,
+    exclude: Iterable[int],
+    shares: Sequence[tuple[int, int]] | None = None,
 ) -> int | None:
     """An item another annotator answered differently from the model, that this annotator has not answered:
     a second opinion where the first human and the model disagree."""
@@ -756,14 +767,18 @@ def next_human_disagreement(
             ~mine.exists(),
         )
     )
-    exclude = list(exclude)
-    if exclude:
-        query = query.where(Suggestion.item_id.not_in(exclude))
+    query = narrowed(query, Suggestion.item_id, exclude, shares)
     return session.scalar(query.order_by(Suggestion.item_id).limit(1))
 
 
 def next_overlap(
-    session: Session, project_id: int, question_id: int, annotator: str, share_percent: int, exclude: Iterable[int]
+    session: Session,
+    project_id: int,
+    question_id: int,
+    annotator: str,
+    share_percent: int,
+    exclude: Iterable[int],
+    shares: Sequence[tuple[int, int]] | None = None,
 ) -> int | None:
     """An item in the double-annotation share (a fixed hash of its id below the share) that exactly one
     other annotator has answered and this one has not: the second answer for agreement."""
@@ -785,14 +800,17 @@ def next_overlap(
         .group_by(Response.item_id)
         .having(func.count() == 1)
     )
-    exclude = list(exclude)
-    if exclude:
-        query = query.where(Response.item_id.not_in(exclude))
+    query = narrowed(query, Response.item_id, exclude, shares)
     return session.scalar(query.order_by(Response.item_id).limit(1))
 
 
 def next_changed_since_seen(
-    session: Session, run_id: int, question_id: int, since, exclude: Iterable[int]
+    session: Session,
+    run_id: int,
+    question_id: int,
+    since,
+    exclude: Iterable[int],
+    shares: Sequence[tuple[int, int]] | None = None,
 ) -> int | None:
     """An answered item whose suggestion in this run differs from the one the human saw, not looked at
     again since this run started: a second look after a new run."""
@@ -814,9 +832,7 @@ def next_changed_since_seen(
             Response.updated_at < since,
         )
     )
-    exclude = list(exclude)
-    if exclude:
-        query = query.where(Response.item_id.not_in(exclude))
+    query = narrowed(query, Response.item_id, exclude, shares)
     return session.scalar(query.order_by(Response.item_id).limit(1))
 
 
@@ -825,15 +841,19 @@ def item_id_range(session: Session, project_id: int) -> tuple[int, int] | None:
     return None if low is None else (low, high)
 
 
-def next_unlabeled_item(session: Session, project_id: int, question_id: int, exclude: Iterable[int] = ()) -> int | None:
+def next_unlabeled_item(
+    session: Session,
+    project_id: int,
+    question_id: int,
+    exclude: Iterable[int] = (),
+    shares: Sequence[tuple[int, int]] | None = None,
+) -> int | None:
     """Without a run, the first item in id order that nobody has answered for this question."""
     answered = select(Response.id).where(
         Response.item_id == Item.id, Response.question_id == question_id, Response.status == "submitted"
     )
     query = select(Item.id).where(Item.project_id == project_id, ~answered.exists())
-    exclude = list(exclude)
-    if exclude:
-        query = query.where(Item.id.not_in(exclude))
+    query = narrowed(query, Item.id, exclude, shares)
     return session.scalar(query.order_by(Item.id).limit(1))
 
 
@@ -1264,3 +1284,176 @@ def suggestions_of(
 def count_adjudications(session: Session, question_ids: Sequence[int]) -> int:
     query = select(func.count()).select_from(Adjudication).where(Adjudication.question_id.in_(question_ids))
     return session.scalar(query) or 0
+
+
+# Many projects: the picker, archive, delete, assignments ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProjectRow:
+    """One project as the picker lists it, with who may open it."""
+
+    id: int
+    name: str
+    members: list[str] | None
+    reviewers: list[str] | None
+    archived: bool
+    items: int
+    answered: int  # items with at least one submitted answer
+    last_activity: Any  # the newest event's time, or the creation time
+
+
+def project_rows(session: Session) -> list[ProjectRow]:
+    """Every project with its counts, in one statement: correlated counts that each stay inside one
+    project's index range (items by project, answers through the project's questions, events by project)."""
+    items = select(func.count(Item.id)).where(Item.project_id == Project.id).scalar_subquery()
+    answered = (
+        select(func.count(func.distinct(Response.item_id)))
+        .join(Question, Question.id == Response.question_id)
+        .where(Question.project_id == Project.id, Response.status == "submitted")
+        .scalar_subquery()
+    )
+    newest = aliased(Event)
+    last_event = select(func.max(newest.id)).where(newest.project_id == Project.id).correlate(Project).scalar_subquery()
+    last_at = select(Event.at).where(Event.id == last_event).scalar_subquery()
+    query = select(
+        Project.id,
+        Project.name,
+        Project.members,
+        Project.reviewers,
+        Project.archived_at,
+        items,
+        answered,
+        last_at,
+        Project.created_at,
+    ).order_by(Project.name)
+    return [
+        ProjectRow(pid, name, members, reviewers, archived_at is not None, n or 0, done or 0, at or created)
+        for pid, name, members, reviewers, archived_at, n, done, at, created in session.execute(query)
+    ]
+
+
+def set_archived(session: Session, project_name: str, archived: bool, actor: str) -> None:
+    project = get_project(session, project_name)
+    project.archived_at = utcnow() if archived else None
+    log(session, actor, "project.archived" if archived else "project.unarchived", project.id, name=project_name)
+
+
+def delete_project(session: Session, project_name: str, actor: str) -> dict[str, int]:
+    """Remove a project and everything in it. The event that says who deleted it names the project in its
+    payload and belongs to no project, so it outlives the project's own events (which go with it).
+    Children first, in the order their foreign keys need, so no database defers a check to the end."""
+    project = get_project(session, project_name)
+    pid = project.id
+    of_items = select(Item.id).where(Item.project_id == pid)
+    of_runs = select(Run.id).where(Run.project_id == pid)
+    counts = {
+        "items": count_items(session, pid),
+        "responses": session.scalar(select(func.count(Response.id)).where(Response.item_id.in_(of_items))) or 0,
+        "runs": session.scalar(select(func.count(Run.id)).where(Run.project_id == pid)) or 0,
+    }
+    session.execute(delete(Lease).where(Lease.item_id.in_(of_items)))
+    session.execute(delete(Response).where(Response.item_id.in_(of_items)))
+    session.execute(delete(Suggestion).where(Suggestion.run_id.in_(of_runs)))
+    session.execute(delete(ItemRead).where(ItemRead.run_id.in_(of_runs)))
+    session.execute(delete(Run).where(Run.project_id == pid))
+    session.execute(delete(Item).where(Item.project_id == pid))
+    session.execute(delete(Event).where(Event.project_id == pid))
+    versions = select(SchemaVersion.id).where(SchemaVersion.project_id == pid)
+    session.execute(delete(SchemaQuestion).where(SchemaQuestion.schema_version_id.in_(versions)))
+    session.execute(delete(SchemaVersion).where(SchemaVersion.project_id == pid))
+    session.execute(delete(Question).where(Question.project_id == pid))
+    session.expunge(project)
+    session.execute(delete(Project).where(Project.id == pid))  # imports and any other row of it go by cascade
+    log(session, actor, "project.deleted", None, project=project_name, deleted_id=pid, **counts)
+    return counts
+
+
+ASSIGNMENT_KEYS = {"annotator", "questions", "share"}
+
+
+def check_assignments(assignments: Any, question_keys: Sequence[str]) -> list[dict[str, Any]] | None:
+    """The assignments as stored, or Conflict naming the entry and field. The shape: a list of
+    {"annotator": name, "questions": [question id, ...] or null (all), "share": [lo, hi] or null (all)},
+    where a share holds the items whose id modulo 100 is in [lo, hi): a stable split that needs no
+    table of its own. An empty list stores None (no assignments: everyone sees everything)."""
+    if assignments is None:
+        return None
+    if not isinstance(assignments, list):
+        raise Conflict("assignments: give a JSON list of {annotator, questions, share} objects")
+    checked = []
+    for n, entry in enumerate(assignments, start=1):
+        where = f"assignment #{n}"
+        if not isinstance(entry, dict):
+            raise Conflict(f"{where}: give an object with 'annotator', 'questions' and 'share'")
+        unknown = sorted(set(entry) - ASSIGNMENT_KEYS)
+        if unknown:
+            raise Conflict(f"{where}: unknown field {unknown[0]!r}; the fields are annotator, questions, share")
+        annotator = entry.get("annotator")
+        if not isinstance(annotator, str) or not annotator.strip():
+            raise Conflict(f"{where}: 'annotator' must name a user")
+        questions = entry.get("questions")
+        if questions is not None:
+            if not isinstance(questions, list) or not questions:
+                raise Conflict(f"{where}: 'questions' must be a list of question ids, or null for every question")
+            unknown_q = [q for q in questions if q not in question_keys]
+            if unknown_q:
+                raise Conflict(
+                    f"{where}: no question {unknown_q[0]!r} in this project; its questions: {', '.join(question_keys)}"
+                )
+        share = entry.get("share")
+        if share is not None:
+            valid = (
+                isinstance(share, list)
+                and len(share) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in share)
+                and 0 <= share[0] < share[1] <= 100
+            )
+            if not valid:
+                raise Conflict(f"{where}: 'share' must be [from, to] with 0 <= from < to <= 100, or null for all items")
+        checked.append({"annotator": annotator.strip(), "questions": questions, "share": share})
+    return checked or None
+
+
+def set_assignments(session: Session, project_name: str, assignments: Any, actor: str) -> list[dict[str, Any]] | None:
+    project = get_project(session, project_name)
+    schema, _ = version_schema(latest_version(session, project.id))
+    stored = check_assignments(assignments, [q.id for q in schema.questions])
+    project.assignments = stored
+    log(session, actor, "project.assignments", project.id, assignments=stored)
+    return stored
+
+
+def assigned_shares(
+    assignments: list[dict[str, Any]] | None, annotator: str, question_key: str
+) -> list[tuple[int, int]] | None:
+    """The item shares an annotator works on for one question: None for every item (no assignments of
+    theirs in the project), an empty list for none (their assignments give them other questions)."""
+    mine = [a for a in assignments or () if a["annotator"] == annotator]
+    if not mine:
+        return None
+    shares = []
+    for entry in mine:
+        if entry["questions"] is not None and question_key not in entry["questions"]:
+            continue
+        if entry["share"] is None:
+            return None
+        shares.append((entry["share"][0], entry["share"][1]))
+    return shares
+
+
+def in_shares(item_id_column: Any, shares: Sequence[tuple[int, int]]) -> Any:
+    """Items whose id modulo 100 falls in one of the shares (no shares: no items)."""
+    if not shares:
+        return false()
+    return or_(*[and_(item_id_column % 100 >= low, item_id_column % 100 < high) for low, high in shares])
+
+
+def narrowed(query: Any, item_id_column: Any, exclude: Iterable[int], shares: Sequence[tuple[int, int]] | None) -> Any:
+    """A queue's query without the excluded items and, for an annotator with assignments, inside their shares."""
+    exclude = list(exclude)
+    if exclude:
+        query = query.where(item_id_column.not_in(exclude))
+    if shares is not None:
+        query = query.where(in_shares(item_id_column, shares))
+    return query

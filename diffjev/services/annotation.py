@@ -39,7 +39,7 @@ from diffjev import calibration as cal
 from diffjev.schema import Question, Schema
 from storage import repo
 from storage.db import Database
-from storage.models import Event, Item, ItemRead, Response, Run, Suggestion, utcnow
+from storage.models import Event, Item, ItemRead, Project, Response, Run, Suggestion, utcnow
 
 STRATEGIES = (
     "in_order",
@@ -122,6 +122,9 @@ def next_card(
     run_id = run  # None: each item's current suggestion
     question = project_question(schema, question_key)
     row = rows[question_key]
+    shares = assigned_shares(db, project_id, annotator, question_key)  # None: every item
+    if shares == []:  # the project gives this annotator other questions only
+        return None
     claimed_by_others: list[int] = []  # picked, but another annotator's claim on it won
 
     def pick(session) -> int | None:
@@ -130,28 +133,30 @@ def next_card(
         if skip_item is not None:
             exclude.append(skip_item)
         if strategy == "skipped":
-            return _next_skipped(session, row, annotator, exclude)
+            return _next_skipped(session, row, annotator, exclude, shares)
         exclude += _skipped_items(session, row, annotator)  # out of this annotator's queues until answered
         if compared is None:  # no run has read anything: items in order
-            item_id = repo.next_unlabeled_item(session, project_id, row, exclude)
+            item_id = repo.next_unlabeled_item(session, project_id, row, exclude, shares)
         elif strategy == "blind":
             span = repo.item_id_range(session, project_id)
             start = random.randint(*span) if span else None
-            item_id = repo.next_in_queue(session, run_id, row, "in_order", exclude, start_at=start)
+            item_id = repo.next_in_queue(session, run_id, row, "in_order", exclude, start_at=start, shares=shares)
         elif strategy == "diverse":
-            item_id = _diverse_pick(session, run_id, row, annotator, exclude)
+            item_id = _diverse_pick(session, run_id, row, annotator, exclude, shares)
         elif strategy == "run_disagreement":
             other = repo.previous_run(session, project_id, compared)
-            item_id = None if other is None else repo.next_run_disagreement(session, compared, other, row, exclude)
+            item_id = (
+                None if other is None else repo.next_run_disagreement(session, compared, other, row, exclude, shares)
+            )
         elif strategy == "second_opinion":
-            item_id = repo.next_human_disagreement(session, run_id, row, annotator, exclude)
+            item_id = repo.next_human_disagreement(session, run_id, row, annotator, exclude, shares)
         elif strategy == "overlap":
-            item_id = repo.next_overlap(session, project_id, row, annotator, overlap_percent(), exclude)
+            item_id = repo.next_overlap(session, project_id, row, annotator, overlap_percent(), exclude, shares)
         elif strategy == "changed":
             since = repo.get_run(session, compared, project_id).started_at
-            item_id = repo.next_changed_since_seen(session, compared, row, since, exclude)
+            item_id = repo.next_changed_since_seen(session, compared, row, since, exclude, shares)
         else:
-            item_id = repo.next_in_queue(session, run_id, row, strategy, exclude)
+            item_id = repo.next_in_queue(session, run_id, row, strategy, exclude, shares=shares)
         return item_id
 
     def claim(session) -> int | None:
@@ -169,6 +174,14 @@ def next_card(
         return None
     shown_run = compared if strategy in ("run_disagreement", "changed") else run_id
     return load_card(db, project_id, item_id, question, row, shown_run, annotator, blind=strategy == "blind")
+
+
+def assigned_shares(db: Database, project_id: int, annotator: str, question_key: str) -> list[tuple[int, int]] | None:
+    """The item shares the project's assignments give this annotator for a question (None: every item;
+    an annotator without assignments sees everything, so a project without any works as before)."""
+    with db.read() as session:
+        assignments = session.scalar(select(Project.assignments).where(Project.id == project_id))
+    return repo.assigned_shares(assignments, annotator, question_key)
 
 
 def overlap_percent() -> int:
@@ -210,17 +223,15 @@ def _open_skips(row: int, annotator: str):
     )
 
 
-def _next_skipped(session, row: int, annotator: str, exclude: list[int]) -> int | None:
+def _next_skipped(session, row: int, annotator: str, exclude: list[int], shares=None) -> int | None:
     """The item this annotator skipped longest ago (skipping it again sends it to the end)."""
-    query = _open_skips(row, annotator)
-    if exclude:
-        query = query.where(Response.item_id.not_in(exclude))
+    query = repo.narrowed(_open_skips(row, annotator), Response.item_id, exclude, shares)
     return session.scalar(query.limit(1))
 
 
-def _diverse_pick(session, run_id: int, row: int, annotator: str, exclude: list[int]) -> int | None:
+def _diverse_pick(session, run_id: int, row: int, annotator: str, exclude: list[int], shares=None) -> int | None:
     """The most uncertain candidate from a cluster this annotator has not seen in their last answers."""
-    candidates = repo.open_candidates(session, run_id, row, "least_confidence", exclude, DIVERSE_CANDIDATES)
+    candidates = repo.open_candidates(session, run_id, row, "least_confidence", exclude, DIVERSE_CANDIDATES, shares)
     if not candidates:
         return None
     recent = repo.recent_texts(session, row, annotator, DIVERSE_CLUSTERS - 1)
@@ -419,6 +430,11 @@ def empty_queue_reason(
     project_id, schema, rows, _ = project_schema(db, project_name)
     question = project_question(schema, question_key)
     row, qid = rows[question_key], question.id
+    if assigned_shares(db, project_id, annotator, question_key) == []:
+        return (
+            f"{qid} is not assigned to you in this project: pick one of the questions you were given, "
+            "or ask a reviewer to assign this one to you."
+        )
     with db.read() as session:
         items = repo.count_items(session, project_id)
         runs = session.scalar(select(func.count()).select_from(Run).where(Run.project_id == project_id)) or 0

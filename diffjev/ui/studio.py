@@ -33,7 +33,7 @@ from diffjev.settings import Listening, start_listening
 from storage import repo
 from storage.db import Database
 from storage.models import Project
-from diffjev.ui import adjudicate, annotate, data, item_view, items, playground, project, review
+from diffjev.ui import adjudicate, annotate, data, item_view, items, playground, project, projects, review
 from diffjev.ui.access import AccessGate, hub_sign_in_configured, signed_in_hub_user
 from diffjev.ui.context import Studio, md_text
 
@@ -50,8 +50,8 @@ CSS = """
 .dj-slot { background: #fde68a; padding: 0 3px; font-weight: bold; }
 .dj-preview pre { white-space: pre-wrap; max-height: 20em; overflow: auto; }
 """
-# The tabs of those who run a project (import, pre-label, review, adjudicate, export): not on an annotator's page.
-REVIEWERS_TABS = ("import", "prelabel", "review", "adjudicate", "export")
+# The tabs of those who run a project: not on an annotator's page.
+REVIEWERS_TABS = ("import", "prelabel", "review", "adjudicate", "export", "projects")
 CSS += "body.dj-annotator button[role=tab]:is(%s) { display: none; }\n" % ", ".join(
     f"[data-tab-id={tab}]" for tab in REVIEWERS_TABS
 )
@@ -164,7 +164,8 @@ def build_blocks(studio: Studio) -> gr.Blocks:
                 return members_note_text(studio, request)
 
             studio.on_load.append((members_note_shown, [], [members_note]))
-        with gr.Tabs():
+        projects.build_picker(studio)
+        with gr.Tabs() as tabs:
             with gr.Tab("Annotate", id="annotate"):
                 item_view.build_tab(studio)
             with gr.Tab("Project", id="project"):
@@ -183,6 +184,8 @@ def build_blocks(studio: Studio) -> gr.Blocks:
                 data.build_export(studio)
             with gr.Tab("Try a read", id="try"):
                 playground.build(studio.slot)
+            with gr.Tab("Projects", id="projects"):
+                projects.build(studio)
         # An annotator's page shows the tabs for answering; the handlers of the others refuse them too. The
         # tabs are hidden by a class on the page: Gradio 6.31's pages ignore a Tab's `visible`.
         role = gr.Textbox(visible="hidden", elem_id="dj-role")
@@ -193,6 +196,7 @@ def build_blocks(studio: Studio) -> gr.Blocks:
         blocks.load(role_of, [], [role], api_visibility="private").then(
             None, [role], None, js="(role) => { document.body.classList.toggle('dj-annotator', role === 'annotator'); }"
         )
+        studio.on_load.append((projects.opening_tab, [], [tabs]))
         for handler, inputs, outputs in studio.on_load:
             blocks.load(handler, inputs, outputs, api_visibility="private")
     return blocks

@@ -1,0 +1,270 @@
+"""Many projects in one studio: the picker in the header, and the Projects tab: a new project (questions
+from a form or pasted JSON, a live preview, then the new project's Import tab), members and reviewers,
+assignments, archive and delete.
+
+A project is opened by the page's address (`?project=NAME`): picking one navigates there, so a link opens
+it and a reload keeps it. Every handler resolves the scope from the request first; nothing here takes a
+project name from an input to decide who may do what.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import gradio as gr
+
+from diffjev.engines.base import EngineError
+from diffjev.errors import SchemaError
+from diffjev.services import projects
+from diffjev.services.projects import FORM_COLUMNS, ProjectInputError
+from diffjev.ui.context import Studio, md_text
+from diffjev.ui.project import canvas_preview
+
+# The page's address names the project; a tab may be named too (`&tab=import`), which the page opens on load.
+OPEN_PROJECT_JS = """(name) => {
+  if (!name) return;
+  const url = new URL(window.location.href);
+  url.searchParams.set('project', name);
+  url.searchParams.delete('tab');
+  window.location.assign(url.toString());
+}"""
+OPEN_IMPORT_JS = """(name) => {
+  if (!name) return;
+  const url = new URL(window.location.href);
+  url.searchParams.set('project', name);
+  url.searchParams.set('tab', 'import');
+  window.location.assign(url.toString());
+}"""
+OPEN_DEFAULT_JS = """(name) => {
+  if (!name) return;
+  const url = new URL(window.location.href);
+  url.searchParams.delete('project');
+  url.searchParams.delete('tab');
+  window.location.assign(url.toString());
+}"""
+EMPTY_FORM = [["", "yes_no", "", ""]]
+TABS = ("annotate", "project", "import", "items", "prelabel", "review", "adjudicate", "export", "try", "projects")
+
+
+def build_picker(studio: Studio) -> None:
+    """The header's project picker: the projects the signed-in user may open, each with its item count,
+    answered share and last activity; admins may list the archived ones too."""
+    with gr.Row():
+        picker = gr.Dropdown(label="Project", choices=[], elem_id="project-picker", scale=4, interactive=True)
+        show_archived = gr.Checkbox(label="Show archived", visible=False, elem_id="project-show-archived", scale=1)
+
+    def fill(include_archived: bool, request: gr.Request) -> tuple[Any, Any]:
+        scope = studio.scope(request)
+        admin = studio.is_admin(scope.user)
+        listed = projects.project_list(studio.db, scope.user, admin, include_archived=admin and include_archived)
+        choices = [(summary.label(), summary.name) for summary in listed]
+        if scope.project not in {summary.name for summary in listed}:  # an archived one opened by its address
+            choices.append((f"{scope.project} (archived)", scope.project))
+        return gr.Dropdown(choices=choices, value=scope.project), gr.Checkbox(visible=admin)
+
+    studio.on_load.append((fill, [show_archived], [picker, show_archived]))
+    show_archived.input(fill, [show_archived], [picker, show_archived], api_visibility="private")
+    picker.input(None, [picker], None, js=OPEN_PROJECT_JS)
+
+
+def opening_tab(request: gr.Request) -> Any:
+    """The tab the address names (`&tab=import` after a new project is created), else the first."""
+    wanted = request.query_params.get("tab") if request is not None else None
+    return gr.Tabs(selected=wanted) if wanted in TABS else gr.Tabs()
+
+
+def build(studio: Studio) -> None:
+    """The Projects tab."""
+    with gr.Accordion("New project", open=True, elem_id="new-project"):
+        _build_new_project(studio)
+    with gr.Accordion("Members and reviewers", open=False, elem_id="project-roles"):
+        _build_roles(studio)
+    with gr.Accordion("Assignments", open=False, elem_id="project-assignments"):
+        _build_assignments(studio)
+    with gr.Accordion("Archive or delete this project", open=False, elem_id="project-archive"):
+        _build_archive(studio)
+
+
+def _build_new_project(studio: Studio) -> None:
+    gr.Markdown(
+        "Admins only. Build the questions in the form (one row per question: its `id`, its `type`: yes_no, "
+        "choice or score, its instructions, and for choice or score the options or levels, one per line or "
+        "separated by `;`, each `name` or `name: description`), or paste a schema as JSON. **Create** opens "
+        "the new project's Import tab."
+    )
+    with gr.Row():
+        with gr.Column():
+            name = gr.Textbox(label="Name", elem_id="new-project-name")
+            instructions = gr.Textbox(label="Instructions", lines=2, elem_id="new-project-instructions")
+            source = gr.Radio(["Form", "JSON"], value="Form", label="Questions from", elem_id="new-project-source")
+            form = gr.Dataframe(
+                value=EMPTY_FORM,
+                headers=list(FORM_COLUMNS),
+                datatype="str",
+                column_count=len(FORM_COLUMNS),
+                interactive=True,
+                label="Questions",
+                elem_id="new-project-form",
+            )
+            with gr.Row():
+                add = gr.Button("Add question", size="sm", elem_id="new-project-add")
+                remove = gr.Button("Remove last question", size="sm", elem_id="new-project-remove")
+            schema_json = gr.Code(language="json", label="Schema JSON", visible=False, elem_id="new-project-json")
+            template = gr.Textbox(label="Response template (optional)", lines=2, elem_id="new-project-template")
+            error = gr.Markdown(elem_id="new-project-error")
+            create = gr.Button("Create", variant="primary", elem_id="new-project-create")
+            created = gr.Textbox(visible=False, elem_id="new-project-created")
+        with gr.Column():
+            preview = gr.HTML(elem_id="new-project-preview")
+
+    def rows_of(table: Any) -> list[list[Any]]:
+        return table.values.tolist() if hasattr(table, "values") else list(table or [])
+
+    def parsed(source_: str, instructions_: str, table: Any, text: str, template_: str):
+        if source_ == "JSON":
+            return projects.schema_from_json(text, instructions_, template_)
+        return projects.schema_from_form(instructions_, rows_of(table), template_)
+
+    def show(source_: str, instructions_: str, table: Any, text: str, template_: str) -> tuple[str, str]:
+        try:
+            return "", canvas_preview(studio.preview_builder(), parsed(source_, instructions_, table, text, template_))
+        except (ProjectInputError, SchemaError, EngineError) as exc:  # EngineError: the model is still loading
+            return f"⚠️ {md_text(exc)}", ""
+
+    def store(name_: str, source_: str, instructions_: str, table: Any, text: str, template_: str, request: gr.Request):
+        scope = studio.scope(request)
+        scope.require_admin("Creating a project")
+        try:
+            schema = parsed(source_, instructions_, table, text, template_)
+            studio.preview_builder().layout(schema)  # refuse a template the model cannot read
+            made = projects.create_project(studio.db, name_, schema, scope.user)
+        except (ProjectInputError, SchemaError, EngineError) as exc:
+            return f"⚠️ {md_text(exc)}", ""
+        return f"Created **{md_text(made)}**; opening its Import tab …", made
+
+    inputs = [source, instructions, form, schema_json, template]
+    for component in (instructions, form, schema_json, template):
+        component.change(show, inputs, [error, preview], api_visibility="private")
+    source.change(
+        lambda s: (gr.Dataframe(visible=s == "Form"), gr.Code(visible=s == "JSON")),
+        [source],
+        [form, schema_json],
+        api_visibility="private",
+    ).then(show, inputs, [error, preview], api_visibility="private")
+    add.click(lambda t: rows_of(t) + [["", "yes_no", "", ""]], [form], [form], api_visibility="private")
+    remove.click(lambda t: rows_of(t)[:-1] or EMPTY_FORM, [form], [form], api_visibility="private")
+    create.click(store, [name, *inputs], [error, created], api_name="create_project").then(
+        None, [created], None, js=OPEN_IMPORT_JS
+    )
+
+
+def _build_roles(studio: Studio) -> None:
+    gr.Markdown(
+        "Admins only. **Members** may open this project (names separated by commas; empty: every user who "
+        "can sign in). **Reviewers** may also adjudicate, assign work and change the schema."
+    )
+    members = gr.Textbox(label="Members", elem_id="roles-members")
+    reviewers = gr.Textbox(label="Reviewers", elem_id="roles-reviewers")
+    note = gr.Markdown(elem_id="roles-note")
+    save = gr.Button("Save members and reviewers", elem_id="roles-save")
+
+    def current(request: gr.Request) -> tuple[str, str]:
+        scope = studio.scope(request)
+        stored_members, stored_reviewers, _ = projects.roles_of(studio.db, scope.project)
+        return ", ".join(stored_members or []), ", ".join(stored_reviewers or [])
+
+    def store(members_: str, reviewers_: str, request: gr.Request) -> tuple[str, str, str]:
+        scope = studio.scope(request)
+        scope.require_admin("Setting a project's members and reviewers")
+        try:
+            stored_members, stored_reviewers = projects.set_roles(
+                studio.db, scope.project, members_, reviewers_, scope.user
+            )
+        except ValueError as exc:  # repo.Conflict: a list with no names
+            return members_, reviewers_, f"⚠️ {md_text(exc)}"
+        who = ", ".join(stored_members) if stored_members else "every user who can sign in"
+        return (
+            ", ".join(stored_members or []),
+            ", ".join(stored_reviewers or []),
+            f"Saved. Members: {md_text(who)}; reviewers: {md_text(', '.join(stored_reviewers or []) or 'none')}.",
+        )
+
+    studio.on_load.append((current, [], [members, reviewers]))
+    save.click(store, [members, reviewers], [members, reviewers, note], api_name="set_roles")
+
+
+def _build_assignments(studio: Studio) -> None:
+    gr.Markdown(
+        "Reviewers and admins. Give a question or a share of the items to named annotators, as a JSON list: "
+        '`[{"annotator": "bob", "questions": ["urgent"], "share": [0, 50]}]`. `questions`: the question ids, '
+        "or null for all; `share`: `[from, to]`, the items whose id modulo 100 falls in it, or null for all. "
+        "An annotator with assignments sees only what they were given; one without any sees everything. "
+        "Empty: no assignments."
+    )
+    box = gr.Code(language="json", label="Assignments", elem_id="assignments-json")
+    note = gr.Markdown(elem_id="assignments-note")
+    save = gr.Button("Save assignments", elem_id="assignments-save")
+
+    def current(request: gr.Request) -> str:
+        stored = projects.roles_of(studio.db, studio.scope(request).project)[2]
+        return json.dumps(stored, indent=2) if stored else ""
+
+    def store(text: str, request: gr.Request) -> tuple[str, str]:
+        scope = studio.scope(request)
+        scope.require_reviewer("Assigning work")
+        try:
+            stored = projects.set_assignments(studio.db, scope.project, text, scope.user)
+        except ProjectInputError as exc:
+            return text, f"⚠️ {md_text(exc)}"
+        count = len(stored or [])
+        return json.dumps(stored, indent=2) if stored else "", f"Saved {count} assignment(s)."
+
+    studio.on_load.append((current, [], [box]))
+    save.click(store, [box], [box, note], api_name="set_assignments")
+
+
+def _build_archive(studio: Studio) -> None:
+    gr.Markdown(
+        "Admins only. An archived project leaves the picker and annotators can no longer open it; nothing in it "
+        "is removed. **Delete** removes the project and everything in it for good: type its name to confirm. "
+        "The audit log keeps who archived or deleted what."
+    )
+    with gr.Row():
+        archive = gr.Button("Archive", elem_id="project-archive-button")
+        unarchive = gr.Button("Unarchive", elem_id="project-unarchive-button")
+    typed = gr.Textbox(label="Type the project's name to delete it", elem_id="project-delete-name")
+    delete = gr.Button("Delete project", variant="stop", elem_id="project-delete-button")
+    note = gr.Markdown(elem_id="project-archive-note")
+    deleted = gr.Textbox(visible=False, elem_id="project-deleted")
+
+    def set_archived(archived: bool, request: gr.Request) -> str:
+        scope = studio.scope(request)
+        scope.require_admin("Archiving a project")
+        projects.set_archived(studio.db, scope.project, archived, scope.user)
+        return f"**{md_text(scope.project)}** is {'archived' if archived else 'back in the picker'}."
+
+    def remove(typed_name: str, request: gr.Request) -> tuple[str, str]:
+        scope = studio.scope(request)
+        scope.require_admin("Deleting a project")
+        try:
+            counts = projects.delete_project(studio.db, scope.project, typed_name, scope.user)
+        except ProjectInputError as exc:
+            return f"⚠️ {md_text(exc)}", ""
+        return (
+            f"Deleted **{md_text(scope.project)}**: {counts['items']} items, {counts['responses']} answers, "
+            f"{counts['runs']} runs.",
+            scope.project,
+        )
+
+    def archive_project(request: gr.Request) -> str:
+        return set_archived(True, request)
+
+    def unarchive_project(request: gr.Request) -> str:
+        return set_archived(False, request)
+
+    archive.click(archive_project, [], [note], api_name="archive_project")
+    unarchive.click(unarchive_project, [], [note], api_name="unarchive_project")
+    delete.click(remove, [typed], [note, deleted], api_name="delete_project").then(
+        None, [deleted], None, js=OPEN_DEFAULT_JS
+    )
