@@ -164,3 +164,26 @@ def test_a_question_that_does_not_apply_is_neither_shown_nor_stored(db, monkeypa
     assert [e.question.id for e in card.asked] == ["team", "tone"] and len(card.entries) == 3
     annotation.accept_item(db, card, "ann", {}, seconds=2.0)
     assert {q for _, q in stored(db)} == {card.entries[1].row, card.entries[2].row}
+
+
+def test_the_item_view_asks_only_the_questions_and_items_assigned(db):
+    with db.session() as session:
+        repo.set_assignments(session, "p", [{"annotator": "ann", "questions": ["team"], "share": [0, 50]}], "owner")
+    seen = []
+    while (card := annotation.next_item_card(db, "p", "in_order", "ann")) is not None:
+        assert [e.question.id for e in card.asked] == ["team"], card.asked
+        assert card.item_id % 100 < 50
+        annotation.accept_item(db, card, "ann", {}, seconds=1.0)
+        seen.append(card.item_id)
+    with db.read() as session:
+        items = session.scalars(select(Response.item_id).where(Response.annotator == "ann")).all()
+        questions = set(session.scalars(select(Response.question_id).where(Response.annotator == "ann")))
+    assert seen and sorted(items) == sorted(seen) == [i for i in range(1, 7) if i % 100 < 50]
+    assert questions == {_schema(db)[1]["team"]}
+    # a colleague without assignments is asked every question of every item
+    card = annotation.next_item_card(db, "p", "in_order", "bob")
+    assert [e.question.id for e in card.asked] == ["urgent", "team", "tone"]
+    # an annotator given a share that holds none of the items has an empty queue
+    with db.session() as session:
+        repo.set_assignments(session, "p", [{"annotator": "cy", "questions": ["team"], "share": [99, 100]}], "owner")
+    assert annotation.next_item_card(db, "p", "in_order", "cy") is None

@@ -644,7 +644,10 @@ def next_item_card(
     if run is not None:
         with db.read() as session:
             repo.get_run(session, run, project_id)  # another project's run is not found
-    question_rows = [rows[q.id] for q in schema.questions]
+    shares = given_questions(db, project_id, annotator, schema, rows)  # the rows given to this annotator
+    question_rows = list(shares)
+    if not question_rows:  # the project's assignments give this annotator none of its questions
+        return None
     claimed_by_others: list[int] = []
 
     def pick(session) -> int | None:
@@ -659,9 +662,9 @@ def next_item_card(
         for row in question_rows:
             exclude.update(_skipped_items(session, row, annotator))
         if latest is None and run is None:  # no run has read anything: items in order
-            found = [repo.next_unlabeled_item(session, project_id, row, exclude) for row in question_rows]
+            found = [repo.next_unlabeled_item(session, project_id, row, exclude, shares[row]) for row in question_rows]
             return min((i for i in found if i is not None), default=None)
-        return _first_open_item(session, run, question_rows, strategy, exclude)
+        return _first_open_item(session, run, shares, strategy, exclude)
 
     def claim(session) -> int | None:
         while True:
@@ -674,20 +677,30 @@ def next_item_card(
     item_id = db.write(claim)
     if item_id is None:
         return None
-    return load_item_card(db, project_id, item_id, schema, rows, run, annotator)
+    return load_item_card(db, project_id, item_id, schema, rows, run, annotator, given=set(question_rows))
 
 
-def _first_open_item(session, run_id: int | None, question_rows: list[int], strategy: str, exclude: set[int]):
-    """The first item by the queue's order over every question's open suggestions: one index seek per
+def given_questions(
+    db: Database, project_id: int, annotator: str, schema: Schema, rows: dict[str, int]
+) -> dict[int, list[tuple[int, int]] | None]:
+    """The question rows the project's assignments give this annotator, each with its item shares (None:
+    every item). An annotator without assignments is given every question."""
+    with db.read() as session:
+        assignments = session.scalar(select(Project.assignments).where(Project.id == project_id))
+    found = {rows[q.id]: repo.assigned_shares(assignments, annotator, q.id) for q in schema.questions}
+    return {row: shares for row, shares in found.items() if shares != []}
+
+
+def _first_open_item(session, run_id: int | None, shares: dict, strategy: str, exclude: set[int]):
+    """The first item by the queue's order over every given question's open suggestions: one index seek per
     question, then the best of those (the lowest confidence, or the lowest item id)."""
     order = repo.QUEUE_ORDER[strategy]
     best: tuple | None = None
-    for row in question_rows:
+    for row, row_shares in shares.items():
         query = select(Suggestion.item_id, Suggestion.confidence).where(
             repo.of_run(run_id), Suggestion.question_id == row, Suggestion.is_open
         )
-        if exclude:
-            query = query.where(Suggestion.item_id.not_in(exclude))
+        query = repo.narrowed(query, Suggestion.item_id, exclude, row_shares)
         found = session.execute(query.order_by(order, Suggestion.item_id).limit(1)).first()
         if found is None:
             continue
@@ -738,9 +751,11 @@ def load_item_card(
     rows: dict[str, int],
     run_id: int | None,
     annotator: str,
+    given: set[int] | None = None,
 ) -> ItemCard:
     """The item with every question, its suggestion (run `run_id`'s, or the current one) and this
-    annotator's answer: three reads, whatever the number of questions."""
+    annotator's answer: three reads, whatever the number of questions. Questions outside `given` (the
+    rows the project's assignments give this annotator; None: all) are not asked."""
     question_rows = [rows[q.id] for q in schema.questions]
     with db.read() as session:
         item = repo.project_item(session, project_id, item_id)
@@ -772,7 +787,7 @@ def load_item_card(
             entry = Entry(
                 question,
                 row,
-                question_applies(question, chosen),
+                (given is None or row in given) and question_applies(question, chosen),
                 suggestion,
                 r.revision if r else None,
                 r.value if r is not None and r.status == "submitted" else None,

@@ -236,7 +236,8 @@ def build(studio: Studio) -> None:
         if back is None:
             return session, NOTHING_TO_UNDO, gr.update()
         item_id, status = back
-        card = annotation.load_item_card(studio.db, project_id, item_id, schema, rows, None, who)
+        given = set(annotation.given_questions(studio.db, project_id, who, schema, rows))
+        card = annotation.load_item_card(studio.db, project_id, item_id, schema, rows, None, who, given=given)
         note = "Undone: the skip is taken back." if status == "skipped" else "Undone: the last item's answers."
         return show(card, session, note=note)
 
