@@ -74,7 +74,7 @@ def test_a_new_project_opens_on_its_import_tab(tmp_path, dgemma_engine, browser)
         page = browser.new_page()
         try:
             page.goto(server.url)
-            page.get_by_role("tab", name="Projects").click()
+            page.get_by_role("tab", name="Manage").click()
             page.locator("#new-project-name input, #new-project-name textarea").fill("fresh")
             page.locator("#new-project-create").click()  # the form's one row has no id yet
             page.wait_for_function("document.querySelector('#new-project-error').innerText.includes('question row 1')")

@@ -7,7 +7,7 @@ from storage import repo
 from studio_fixtures import serve_studio, studio_db
 
 USERS = [("alice", "a-secret"), ("bob", "b-secret")]
-MANAGING = ("Import", "Pre-label", "Review", "Adjudicate", "Export")
+MANAGING = ("Import", "Pre-label", "Review", "Adjudicate", "Export", "Manage")
 
 
 def log_in(browser, server, user):

@@ -157,7 +157,7 @@ class Studio:
                 if wanted is None:
                     raise refusal(
                         f"{user} can open no project yet: "
-                        + ("create one under Projects" if admin else "ask an admin to add you to one")
+                        + ("create one in the Manage tab" if admin else "ask an admin to add you to one")
                     )
             found = repo.project_access(session, wanted, user, admin)
         if found is None:  # the same words whether it exists or not: nothing is learnt of others' projects

@@ -1,4 +1,4 @@
-"""Many projects in one studio: the picker in the header, and the Projects tab: a new project (questions
+"""Many projects in one studio: the picker in the header, and the Manage tab: a new project (questions
 from a form or pasted JSON, a live preview, then the new project's Import tab), members and reviewers,
 assignments, archive and delete.
 
@@ -21,28 +21,19 @@ from diffjev.services.projects import FORM_COLUMNS, ProjectInputError
 from diffjev.ui.context import Studio, md_text
 from diffjev.ui.project import canvas_preview
 
-# The page's address names the project; a tab may be named too (`&tab=import`), which the page opens on load.
-OPEN_PROJECT_JS = """(name) => {
-  if (!name) return;
-  const url = new URL(window.location.href);
-  url.searchParams.set('project', name);
-  url.searchParams.delete('tab');
-  window.location.assign(url.toString());
-}"""
-OPEN_IMPORT_JS = """(name) => {
-  if (!name) return;
-  const url = new URL(window.location.href);
-  url.searchParams.set('project', name);
-  url.searchParams.set('tab', 'import');
-  window.location.assign(url.toString());
-}"""
-OPEN_DEFAULT_JS = """(name) => {
-  if (!name) return;
-  const url = new URL(window.location.href);
-  url.searchParams.delete('project');
-  url.searchParams.delete('tab');
-  window.location.assign(url.toString());
-}"""
+
+def open_project_js(tab: str | None = None, project_kept: bool = True) -> str:
+    """A page script that navigates once its event gave a name: to that project (or, `project_kept` False,
+    to the user's default project, after this one was deleted), on `tab` where named. The page's address
+    names the project, so a link opens it and a reload keeps it; the page opens on the tab it names."""
+    project = "url.searchParams.set('project', name);" if project_kept else "url.searchParams.delete('project');"
+    set_tab = f"url.searchParams.set('tab', {json.dumps(tab)});" if tab else "url.searchParams.delete('tab');"
+    return (
+        "(name) => { if (!name) return; const url = new URL(window.location.href); "
+        f"{project} {set_tab} window.location.assign(url.toString()); }}"
+    )
+
+
 EMPTY_FORM = [["", "yes_no", "", ""]]
 TABS = ("annotate", "project", "import", "items", "prelabel", "review", "adjudicate", "export", "try", "projects")
 
@@ -65,7 +56,7 @@ def build_picker(studio: Studio) -> None:
 
     studio.on_load.append((fill, [show_archived], [picker, show_archived]))
     show_archived.input(fill, [show_archived], [picker, show_archived], api_visibility="private")
-    picker.input(None, [picker], None, js=OPEN_PROJECT_JS)
+    picker.input(None, [picker], None, js=open_project_js())
 
 
 def opening_tab(request: gr.Request) -> Any:
@@ -75,7 +66,7 @@ def opening_tab(request: gr.Request) -> Any:
 
 
 def build(studio: Studio) -> None:
-    """The Projects tab."""
+    """The Manage tab."""
     with gr.Accordion("New project", open=True, elem_id="new-project"):
         _build_new_project(studio)
     with gr.Accordion("Members and reviewers", open=False, elem_id="project-roles"):
@@ -155,7 +146,7 @@ def _build_new_project(studio: Studio) -> None:
     add.click(lambda t: rows_of(t) + [["", "yes_no", "", ""]], [form], [form], api_visibility="private")
     remove.click(lambda t: rows_of(t)[:-1] or EMPTY_FORM, [form], [form], api_visibility="private")
     create.click(store, [name, *inputs], [error, created], api_name="create_project").then(
-        None, [created], None, js=OPEN_IMPORT_JS
+        None, [created], None, js=open_project_js(tab="import")
     )
 
 
@@ -171,6 +162,8 @@ def _build_roles(studio: Studio) -> None:
 
     def current(request: gr.Request) -> tuple[str, str]:
         scope = studio.scope(request)
+        if not scope.may_review():  # an annotator's page holds none of it
+            return "", ""
         stored_members, stored_reviewers, _ = projects.roles_of(studio.db, scope.project)
         return ", ".join(stored_members or []), ", ".join(stored_reviewers or [])
 
@@ -207,7 +200,10 @@ def _build_assignments(studio: Studio) -> None:
     save = gr.Button("Save assignments", elem_id="assignments-save")
 
     def current(request: gr.Request) -> str:
-        stored = projects.roles_of(studio.db, studio.scope(request).project)[2]
+        scope = studio.scope(request)
+        if not scope.may_review():  # an annotator's page holds none of it
+            return ""
+        stored = projects.roles_of(studio.db, scope.project)[2]
         return json.dumps(stored, indent=2) if stored else ""
 
     def store(text: str, request: gr.Request) -> tuple[str, str]:
@@ -266,5 +262,5 @@ def _build_archive(studio: Studio) -> None:
     archive.click(archive_project, [], [note], api_name="archive_project")
     unarchive.click(unarchive_project, [], [note], api_name="unarchive_project")
     delete.click(remove, [typed], [note, deleted], api_name="delete_project").then(
-        None, [deleted], None, js=OPEN_DEFAULT_JS
+        None, [deleted], None, js=open_project_js(project_kept=False)
     )

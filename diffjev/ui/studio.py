@@ -184,7 +184,7 @@ def build_blocks(studio: Studio) -> gr.Blocks:
                 data.build_export(studio)
             with gr.Tab("Try a read", id="try"):
                 playground.build(studio.slot)
-            with gr.Tab("Projects", id="projects"):
+            with gr.Tab("Manage", id="projects"):
                 projects.build(studio)
         # An annotator's page shows the tabs for answering; the handlers of the others refuse them too. The
         # tabs are hidden by a class on the page: Gradio 6.31's pages ignore a Tab's `visible`.
