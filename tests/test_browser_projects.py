@@ -136,3 +136,36 @@ def test_two_contexts_on_two_projects_answer_into_their_own_project(tmp_path, dg
     assert [tuple(r) for r in rows] == [("other", "Other only", "yes"), ("tickets", "Tickets only", "yes")], json.dumps(
         [list(map(str, r)) for r in rows]
     )
+
+
+def test_after_the_last_project_is_deleted_the_page_says_so_once_and_a_new_one_can_be_made(
+    tmp_path, dgemma_engine, browser
+):
+    db = studio_db(tmp_path / "last.db", ["Site down"])
+    server, _ = serve_studio(db, dgemma_engine)  # no logins: the local user is the admin
+    with server:
+        page = browser.new_page()
+        try:
+            page.goto(server.url)
+            page.get_by_role("tab", name="Manage").click()
+            page.locator("#project-archive").click()  # the accordion
+            page.locator("#project-delete-name input, #project-delete-name textarea").fill("tickets")
+            page.locator("#project-delete-button").click()
+            page.wait_for_function(
+                "document.querySelector('#engine-banner').innerText.includes('can open no project yet')"
+            )
+            assert "create one in the Manage tab" in page.inner_text("#engine-banner")
+            page.wait_for_timeout(1000)
+            assert page.locator(".toast-body").count() == 0  # no tab raised the same error as a toast
+            page.get_by_role("tab", name="Manage").click()
+            page.locator("#new-project-name input, #new-project-name textarea").fill("again")
+            page.get_by_label("JSON").check()
+            schema = {"questions": [{"id": "urgent", "type": "yes_no", "instructions": "Reply within the hour?"}]}
+            page.locator("#new-project-json .cm-content").fill(json.dumps(schema))
+            page.wait_for_function("document.querySelector('#new-project-preview').innerText.includes('urgent')")
+            page.locator("#new-project-create").click()
+            page.wait_for_url("**?project=again&tab=import")
+        finally:
+            page.close()
+    with db.read() as session:
+        assert repo.openable_projects(session, "local", admin=True) == ["again"]

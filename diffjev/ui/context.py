@@ -58,6 +58,10 @@ def admins_from_env() -> frozenset[str] | None:
     return frozenset(name.strip() for name in raw.split(",") if name.strip())
 
 
+class NoProject(gr.Error):
+    """The request names no project its user may open, or the user may open none yet."""
+
+
 @dataclass(frozen=True)
 class Scope:
     """One request's project and user, checked against the database when it was made: every handler acts
@@ -144,24 +148,27 @@ class Studio:
             return username in self.admins
         return self.hub_sign_in and username == os.environ.get("SPACE_AUTHOR_NAME")
 
+    def acting(self, request: gr.Request | None) -> tuple[str, bool]:
+        """Who acts (the signed-in user, or the one local annotator), and whether they are an admin."""
+        username = getattr(request, "username", None) or None
+        return username or LOCAL_ANNOTATOR, self.is_admin(username)
+
     def scope(self, request: gr.Request | None) -> Scope:
         """The request's project (its page's `?project=`, else the user's default) and the user's role in
         it, read from the database on every call; a page error where the user may not open it."""
-        username = getattr(request, "username", None) or None
-        user, admin = username or LOCAL_ANNOTATOR, self.is_admin(username)
+        user, admin = self.acting(request)
         wanted = project_param(request)
         with self.db.read() as session:
             if wanted is None:
                 names = repo.openable_projects(session, user, admin)
                 wanted = self.default_project if self.default_project in names else next(iter(names), None)
                 if wanted is None:
-                    raise refusal(
-                        f"{user} can open no project yet: "
-                        + ("create one in the Manage tab" if admin else "ask an admin to add you to one")
-                    )
+                    fix = "create one in the Manage tab" if admin else "ask an admin to add you to one"
+                    raise NoProject(html.escape(f"{user} can open no project yet: {fix}", quote=False))
             found = repo.project_access(session, wanted, user, admin)
         if found is None:  # the same words whether it exists or not: nothing is learnt of others' projects
-            raise refusal(f"no project named {wanted!r} that {user} can open; pick one from the project list")
+            said = f"no project named {wanted!r} that {user} can open; pick one from the project list"
+            raise NoProject(html.escape(said, quote=False))
         return Scope(wanted, found[0], user, found[1])
 
     @staticmethod

@@ -18,7 +18,7 @@ from diffjev.engines.base import EngineError
 from diffjev.errors import SchemaError
 from diffjev.services import projects
 from diffjev.services.projects import FORM_COLUMNS, ProjectInputError
-from diffjev.ui.context import Studio, md_text
+from diffjev.ui.context import Studio, md_text, refusal
 from diffjev.ui.project import canvas_preview
 
 
@@ -124,12 +124,14 @@ def _build_new_project(studio: Studio) -> None:
             return f"⚠️ {md_text(exc)}", ""
 
     def store(name_: str, source_: str, instructions_: str, table: Any, text: str, template_: str, request: gr.Request):
-        scope = studio.scope(request)
-        scope.require_admin("Creating a project")
+        # Not through a project's scope: an admin makes the first project where there is none to open.
+        user, admin = studio.acting(request)
+        if not admin:
+            raise refusal(f"Creating a project is for the studio's admins (DIFFJEV_ADMINS); {user} is not one")
         try:
             schema = parsed(source_, instructions_, table, text, template_)
             studio.preview_builder().layout(schema)  # refuse a template the model cannot read
-            made = projects.create_project(studio.db, name_, schema, scope.user)
+            made = projects.create_project(studio.db, name_, schema, user)
         except (ProjectInputError, SchemaError, EngineError) as exc:
             return f"⚠️ {md_text(exc)}", ""
         return f"Created **{md_text(made)}**; opening its Import tab …", made

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+import html
 import logging
 import math
 import os
@@ -35,7 +37,7 @@ from storage.db import Database
 from storage.models import Project
 from diffjev.ui import adjudicate, annotate, data, item_view, items, playground, project, projects, review
 from diffjev.ui.access import AccessGate, hub_sign_in_configured, signed_in_hub_user
-from diffjev.ui.context import Studio, md_text
+from diffjev.ui.context import NoProject, Studio, md_text
 
 log = logging.getLogger("diffjev")
 DEMO_PROJECT = "demo-support-tickets"
@@ -141,7 +143,26 @@ def header_text(studio: Studio, project_name: str) -> str:
 
 
 def header_update(studio: Studio, request: gr.Request) -> tuple[str, gr.Timer]:
-    return header_text(studio, studio.scope(request).project), gr.Timer(active=not studio.slot.settled)
+    try:
+        text = header_text(studio, studio.scope(request).project)
+    except NoProject as exc:  # said once, here, while every tab leaves its parts as they are
+        text = f"# diffjev\n⚠️ {md_text(html.unescape(exc.message))}"
+    return text, gr.Timer(active=not studio.slot.settled)
+
+
+def quiet_without_project(handler: Callable, outputs: list) -> Callable:
+    """A page-load handler that leaves its parts as they are where the page opened no project the user
+    may open: the header says why, once, rather than every tab raising the same error."""
+
+    @functools.wraps(handler)  # Gradio reads the handler's signature (its request parameter) through it
+    def load(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return handler(*args, **kwargs)
+        except NoProject:
+            skipped = tuple(gr.skip() for _ in outputs)
+            return skipped[0] if len(skipped) == 1 else skipped
+
+    return load
 
 
 def build_blocks(studio: Studio) -> gr.Blocks:
@@ -193,12 +214,12 @@ def build_blocks(studio: Studio) -> gr.Blocks:
         def role_of(request: gr.Request) -> str:
             return studio.scope(request).role
 
-        blocks.load(role_of, [], [role], api_visibility="private").then(
+        blocks.load(quiet_without_project(role_of, [role]), [], [role], api_visibility="private").then(
             None, [role], None, js="(role) => { document.body.classList.toggle('dj-annotator', role === 'annotator'); }"
         )
         studio.on_load.append((projects.opening_tab, [], [tabs]))
         for handler, inputs, outputs in studio.on_load:
-            blocks.load(handler, inputs, outputs, api_visibility="private")
+            blocks.load(quiet_without_project(handler, outputs), inputs, outputs, api_visibility="private")
     return blocks
 
 
@@ -240,6 +261,8 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
     def may_use(user: str, project: str | None) -> bool:
         """The project a request names (its page's `?project=`), else any project: the user may open it."""
         admin = studio.is_admin(user)
+        if admin:  # every project, and the page where none is left yet to open: the handlers check the rest
+            return True
         with studio.db.read() as session:
             if project is None:
                 return repo.member_of_any(session, user, admin)
