@@ -262,17 +262,7 @@ def load_card(
                 select(Suggestion).where(of_run, Suggestion.item_id == item_id, Suggestion.question_id == row)
             )
             if s is not None:
-                suggestion = {
-                    "id": s.id,
-                    "answer": s.answer,
-                    "distribution": dict(s.distribution),
-                    "confidence": s.confidence,
-                    "label_mass": s.label_mass,
-                    "stderr": s.stderr,
-                    "draws": s.draws,
-                    "run": s.run_id,
-                    "calibrated": calibrated_confidence(session, s.run_id, row, s.distribution, question),
-                }
+                suggestion = _suggestion_view(session, s, row, question)
         mine = session.scalar(
             select(Response).where(
                 Response.item_id == item_id, Response.question_id == row, Response.annotator == annotator
@@ -806,6 +796,7 @@ def load_item_card(
 
 
 def _suggestion_view(session, s: Suggestion, row: int, question: Question) -> dict[str, Any]:
+    """A stored suggestion as a card shows it, with its calibrated confidence where a temperature was kept."""
     return {
         "id": s.id,
         "answer": s.answer,
