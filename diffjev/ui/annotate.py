@@ -117,6 +117,19 @@ def low_mass_notice(label_mass: float | None) -> str:
     return f"  \n⚠ The model put {share} of its probability on these answers: treat this as a guess."
 
 
+def build_prelabel_line(studio: Studio) -> None:
+    """A pre-label run going in the background (this tab's, another tab's, the demo's): its count, refreshed
+    every two seconds above the card, in either view of the tab."""
+    prelabeling = gr.Markdown(elem_id="annotate-prelabel")
+    ticker = gr.Timer(2.0)
+
+    def prelabel_line(request: gr.Request) -> str:
+        return background_line(studio.scope(request).project)
+
+    studio.on_load.append((prelabel_line, [], [prelabeling]))
+    ticker.tick(prelabel_line, [], [prelabeling], api_visibility="private", show_progress="hidden")
+
+
 def build(studio: Studio) -> None:
     with gr.Row():
         # Filled when the page loads, so the page and API description served before a login hold none of the
@@ -126,8 +139,6 @@ def build(studio: Studio) -> None:
         run_pick = gr.Dropdown([(LATEST_LABEL, LATEST)], value=LATEST, label="Suggestions from", elem_id="annotate-run")
         start = gr.Button("Start", elem_id="annotate-start")
     gr.Markdown(HELP, elem_id="keys-help")
-    # A pre-label run going in the background (this tab's, another tab's, the demo's): its count, refreshed.
-    prelabeling = gr.Markdown(elem_id="annotate-prelabel")
     ticker = gr.Timer(2.0)
     progress = gr.Markdown(elem_id="annotate-progress")
     with gr.Row():
@@ -365,13 +376,8 @@ def build(studio: Studio) -> None:
     def runs_listed(request: gr.Request) -> Any:
         return gr.update(choices=run_choices(studio, studio.scope(request)), value=LATEST)
 
-    def prelabel_line(request: gr.Request) -> str:
-        return background_line(studio.scope(request).project)
-
     studio.on_load.append((questions, [], [question]))
     studio.on_load.append((runs_listed, [], [run_pick]))
-    studio.on_load.append((prelabel_line, [], [prelabeling]))
-    ticker.tick(prelabel_line, [], [prelabeling], api_visibility="private", show_progress="hidden")
     ticker.tick(pick_up_reads, [state], outputs[1:], api_visibility="private", show_progress="hidden")
     # Answers skip Gradio's queue: each is a few milliseconds of work, and the queue's round trips would
     # cost more than the work itself on every key an annotator presses.

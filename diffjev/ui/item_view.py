@@ -258,6 +258,7 @@ def build_tab(studio: Studio) -> None:
     """The Annotate tab: a switch between the item view and the one-question view, set when the page
     loads by the size of the project's schema."""
     mode = gr.Radio([WHOLE_ITEM, ONE_QUESTION], value=WHOLE_ITEM, label="View", elem_id="annotate-mode")
+    annotate.build_prelabel_line(studio)
     with gr.Column() as whole_item:
         build(studio)
     with gr.Column(visible=False) as one_question:
