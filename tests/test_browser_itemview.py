@@ -72,3 +72,25 @@ def test_keys_pick_and_enter_stores_the_whole_item(browser, tmp_path, dgemma_eng
         page.keyboard.press("u")
         page.wait_for_function(f"document.querySelector('#itemview .dj-id').innerText === {json.dumps(first)}")
         assert stored(db) == {}
+
+
+def test_an_item_shown_before_its_read_gets_its_suggestions_without_a_reload(browser, tmp_path, dgemma_engine):
+    from diffjev.services.prelabel import prelabel
+
+    db = studio_db(tmp_path / "pickup.db", ["The site is down", "Charged twice"], schema=SCHEMA)
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(server.url)
+        page.locator("#itemview-queue").wait_for()
+        page.locator("#itemview-start").click()
+        page.locator("#itemview .dj-iq").first.wait_for()
+        shown = page.inner_text("#itemview .dj-id")
+        assert set(chosen(page).values()) <= {None, ""}  # nothing read yet: nothing preselected
+        prelabel(db, "tickets", dgemma_engine)
+        page.wait_for_function(
+            "Array.from(document.querySelectorAll('#itemview .dj-iq')).every((q) => q.dataset.chosen)",
+            timeout=30_000,
+        )
+        assert page.inner_text("#itemview .dj-id") == shown  # the same item, now with its suggestions
+        page.close()

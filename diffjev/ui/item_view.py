@@ -241,6 +241,40 @@ def build(studio: Studio) -> None:
         note = "Undone: the skip is taken back." if status == "skipped" else "Undone: the last item's answers."
         return show(card, session, note=note)
 
+    def pick_up_reads(session: dict | None, request: gr.Request) -> tuple:
+        """On every tick: where the item on screen has no suggestion for any question yet, or the queue is
+        empty, and a read was stored since the last look, show the item's new suggestions or the queue's
+        first item. An item with a suggestion is never redrawn (the answers picked on it stay), and the item
+        being answered is never swapped for another. The session is updated in place (see the one-question
+        view's pick_up_reads)."""
+        unchanged = (gr.skip(), gr.skip())
+        card = session.get("card") if session else None
+        if not session or (card is not None and any(e.suggestion for e in card.asked)):
+            return unchanged
+        scope = studio.scope(request)
+        if scope.project != session["project"]:
+            return unchanged
+        mark = annotation.reads_mark(studio.db, scope.project_id)
+        if mark == session.get("reads_mark"):
+            return unchanged
+        session["reads_mark"] = mark
+        if card is None:
+            page = show(next_card(session, scope.user), session)
+        else:
+            _, schema, rows, _ = annotation.project_schema(studio.db, scope.project)
+            given = {e.row for e in card.asked}
+            card = annotation.load_item_card(
+                studio.db, card.project_id, card.item_id, schema, rows, None, scope.user, given=given
+            )
+            if not any(e.suggestion for e in card.asked):
+                return unchanged
+            page = show(card, session)
+            page[0]["shown_at"] = session["shown_at"]  # the time spent on the item counts from when it was shown
+        session.update(page[0])
+        return page[1:]
+
+    ticker = gr.Timer(2.0)
+    ticker.tick(pick_up_reads, [state], outputs[1:], api_visibility="private", show_progress="hidden")
     fast = {"queue": False, "show_progress": "hidden"}
     start.click(start_queue, [queue], outputs, api_name="item_start", **fast)
     send_accept.click(accept_item, [state, choices], outputs, api_name="item_accept", **fast)
