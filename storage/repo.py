@@ -6,7 +6,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Iterable, Sequence
 
 from sqlalchemy import Text, and_, case, cast, delete, false, func, insert, or_, select, update
@@ -133,34 +133,53 @@ def set_reviewers(session: Session, project_name: str, reviewers: Sequence[str] 
     admins (none: an empty list); returns them as stored."""
     project = get_project(session, project_name)
     kept = sorted({r.strip() for r in reviewers or () if r.strip()})
+    outside = [r for r in kept if project.members is not None and r not in project.members]
+    if outside:  # a restricted project's reviewers are among its members, or removing a member would not remove them
+        raise Conflict(
+            f"project {project_name!r}: {', '.join(outside)} not among its members ({', '.join(project.members)}); "
+            f"add them as members first"
+        )
     project.reviewers = kept or None
     log(session, actor, "project.reviewers", project.id, reviewers=kept)
     return kept
 
 
-def project_access(session: Session, project_name: str, user: str, admin: bool) -> tuple[int, str] | None:
-    """The project's id and the user's role in it ("admin", "reviewer" or "annotator"), or None where the
-    user may not open it: not a member, or an annotator of an archived project, or no such project.
+@dataclass(frozen=True)
+class Access:
+    """What a user may do in a project, and which project it is: its id and when it was made tell it
+    apart from a project of the same name made after it was deleted (SQLite reuses a deleted row's id)."""
 
-    A project that names no reviewers is run by every member, as before roles existed; naming reviewers
-    leaves the other members answering only."""
+    project_id: int
+    role: str  # "admin", "reviewer" or "annotator"
+    created_at: datetime
+
+
+def project_access(session: Session, project_name: str, user: str, admin: bool) -> Access | None:
+    """The user's access to the project, or None where they may not open it: not a member, an annotator of
+    an archived project, or no such project.
+
+    A project that restricts its members restricts its reviewers too. A project that names no reviewers
+    is run by every member, as before roles existed; naming reviewers leaves the other members answering
+    only. An archived project is open to its admins and named reviewers alone."""
     found = session.execute(
-        select(Project.id, Project.members, Project.reviewers, Project.archived_at).where(Project.name == project_name)
+        select(Project.id, Project.members, Project.reviewers, Project.archived_at, Project.created_at).where(
+            Project.name == project_name
+        )
     ).first()
     if found is None:
         return None
     role = _role(user, admin, found.members, found.reviewers, found.archived_at)
-    return (found.id, role) if role else None
+    return Access(found.id, role, found.created_at) if role else None
 
 
 def _role(user: str, admin: bool, members: list | None, reviewers: list | None, archived_at: Any) -> str | None:
     if admin:
         return "admin"
-    if reviewers and user in reviewers:
-        return "reviewer"
     if members is not None and user not in members:
         return None
-    if reviewers is None:
+    if reviewers is None:  # none named: every member runs the project, while it is not archived
+        return "reviewer" if archived_at is None else None
+    if user in reviewers:
         return "reviewer"
     return "annotator" if archived_at is None else None
 

@@ -187,3 +187,22 @@ def test_the_item_view_asks_only_the_questions_and_items_assigned(db):
     with db.session() as session:
         repo.set_assignments(session, "p", [{"annotator": "cy", "questions": ["team"], "share": [99, 100]}], "owner")
     assert annotation.next_item_card(db, "p", "in_order", "cy") is None
+
+
+def test_the_skipped_queue_keeps_to_the_items_assigned(db):
+    card = annotation.next_item_card(db, "p", "in_order", "ann")
+    annotation.skip_item(db, card, "ann", seconds=1.0)
+    assert annotation.next_item_card(db, "p", "skipped", "ann").item_id == card.item_id
+    outside = [card.item_id % 100 + 1, 100]  # a share that no longer holds the skipped item
+    with db.session() as session:
+        repo.set_assignments(session, "p", [{"annotator": "ann", "questions": None, "share": outside}], "owner")
+    found = annotation.next_item_card(db, "p", "skipped", "ann")
+    assert found is None or found.item_id != card.item_id
+
+
+def test_an_answer_sent_empty_or_not_text_is_refused_not_taken_as_the_suggestion(db):
+    card = annotation.next_item_card(db, "p", "in_order", "ann")
+    for sent in (None, "", 0, ["yes"]):
+        with pytest.raises(ValueError, match="is not an answer to urgent"):
+            annotation.accept_item(db, card, "ann", {"urgent": sent}, seconds=1.0)
+    assert stored(db) == {}

@@ -155,11 +155,111 @@ def test_the_command_line_names_a_projects_reviewers(tmp_path):
     assert named.returncode == 0 and "reviewers alice, bob; other members answer only" in named.stdout, named
     db = Database(tmp_path / "cli.db")
     with db.read() as session:
-        assert repo.project_access(session, "p", "carol", admin=False) == (1, "annotator")
-        assert repo.project_access(session, "p", "bob", admin=False) == (1, "reviewer")
+        assert repo.project_access(session, "p", "carol", admin=False).role == "annotator"
+        assert repo.project_access(session, "p", "bob", admin=False).role == "reviewer"
     refused = diffjev("reviewers", "--project", "p")
     assert refused.returncode != 0 and "user1,user2, or --none" in refused.stderr
     cleared = diffjev("reviewers", "--project", "p", "--none")
     assert cleared.returncode == 0 and "every member runs it" in cleared.stdout
     with db.read() as session:
-        assert repo.project_access(session, "p", "carol", admin=False) == (1, "reviewer")
+        assert repo.project_access(session, "p", "carol", admin=False).role == "reviewer"
+
+
+def call(http: httpx.Client, api: str, data: list, project: str) -> str:
+    """An event through Gradio's call API, as any client sends it: its answer as text."""
+    started = http.post(f"/gradio_api/call/{api}", params={"project": project}, json={"data": data})
+    if started.status_code != 200:
+        return f"refused {started.status_code} {started.text}"
+    return http.get(f"/gradio_api/call/{api}/{started.json()['event_id']}").text
+
+
+def test_a_member_removed_from_a_restricted_project_loses_its_reviewer_rights_too(two_projects, dgemma_engine):
+    db = two_projects
+    with db.session() as session:
+        repo.set_members(session, "alpha", ["alice", "bob"], "owner")
+        repo.set_reviewers(session, "alpha", ["alice", "bob"], "owner")
+    server, _ = serve_studio(db, dgemma_engine, name="alpha", auth=USERS)
+    with server, httpx.Client(base_url=server.url, timeout=60) as bob:
+        assert bob.post("/login", data={"username": "bob", "password": "b-secret"}).status_code == 200
+        assert "Exported" in call(bob, "export", ["jsonl", False, ""], "alpha")
+        with db.session() as session:
+            repo.set_members(session, "alpha", ["alice"], "owner")  # bob is still named a reviewer
+        said = call(bob, "export", ["jsonl", False, ""], "alpha")
+        assert "Exported" not in said and "no project named 'alpha' that bob can open" in said, said
+        with db.session() as session, pytest.raises(repo.Conflict, match="bob not among its members"):
+            repo.set_reviewers(session, "alpha", ["alice", "bob"], "owner")
+
+
+def test_an_archived_project_is_closed_to_its_members_where_it_names_no_reviewers(two_projects, dgemma_engine):
+    from datetime import datetime, timezone
+
+    db = two_projects
+    with db.session() as session:
+        repo.get_project(session, "alpha").archived_at = datetime.now(timezone.utc)
+    with db.read() as session:
+        assert repo.project_access(session, "alpha", "bob", admin=False) is None
+        assert repo.project_access(session, "alpha", "alice", admin=True).role == "admin"
+        assert repo.openable_projects(session, "bob", admin=False) == ["beta"]
+
+
+def test_clearing_the_reviewers_says_that_every_member_now_runs_the_project(two_projects, dgemma_engine):
+    db = two_projects
+    server, _ = serve_studio(db, dgemma_engine, name="alpha")
+    with server, httpx.Client(base_url=server.url, timeout=60) as http:
+        said = call(http, "set_roles", ["", ""], "alpha")
+        assert "every member runs this project" in said, said
+        said = call(http, "set_roles", ["", "alice"], "alpha")
+        assert "reviewers: alice; the other members answer only" in said, said
+
+
+def test_a_card_of_a_deleted_project_never_answers_into_one_made_again_under_its_name(tmp_path, dgemma_engine):
+    from diffjev.services import projects
+
+    db = studio_db(tmp_path / "again.db", ["OLD item"], dgemma_engine, name="tmpdel")
+    studio_db(tmp_path / "again.db", ["keeps the studio open"], name="other")
+    server, _ = serve_studio(db, dgemma_engine, name="other")
+    with server, httpx.Client(base_url=server.url, timeout=60) as http:
+        page, item_page = uuid.uuid4().hex[:11], uuid.uuid4().hex[:11]
+        started = run_event(http, "annotate_start", ["team", "Unlabeled, in order"], "tmpdel", page)
+        assert "OLD item" in started.text, started.text
+        item = run_event(http, "item_start", ["Unlabeled, in order"], "tmpdel", item_page)
+        assert "OLD item" in item.text, item.text
+        projects.delete_project(db, "tmpdel", "tmpdel", "owner")
+        studio_db(tmp_path / "again.db", ["NEW item"], dgemma_engine, name="tmpdel")  # the same ids, on SQLite
+        for api, session_of, data in (("accept", page, [None]), ("item_accept", item_page, [None, "{}"])):
+            refused = run_event(http, api, data, "tmpdel", session_of)
+            assert refused.status_code != 200 and "press Start" in refused.text, (api, refused.text)
+        assert answers_in(db, "tmpdel") == []
+
+
+def test_an_annotator_page_never_opens_a_tab_it_leaves_out(two_projects, dgemma_engine):
+    db = two_projects
+    with db.session() as session:
+        repo.set_reviewers(session, "alpha", ["alice"], "owner")
+    server, studio = serve_studio(db, dgemma_engine, name="alpha", auth=USERS)
+    from diffjev.ui.projects import opening_tab
+
+    class Request:  # what the page's load sends: its address's query, its signed-in user
+        def __init__(self, user, tab):
+            self.username, self.query_params = user, {"project": "alpha", "tab": tab}
+
+    opened = opening_tab(studio)
+    assert opened(Request("bob", "export")).selected is None
+    assert opened(Request("bob", "items")).selected == "items"
+    assert opened(Request("alice", "export")).selected == "export"
+
+
+def test_choices_and_assignments_nested_past_the_parser_get_a_message(two_projects, dgemma_engine):
+    from diffjev.services import projects
+
+    db = two_projects
+    deep = "[" * 200_000
+    with pytest.raises(projects.ProjectInputError, match="assignments: nested too deeply"):
+        projects.set_assignments(db, "alpha", deep, "owner")
+    server, _ = serve_studio(db, dgemma_engine, name="alpha")
+    with server, httpx.Client(base_url=server.url, timeout=60) as http:
+        page = uuid.uuid4().hex[:11]
+        assert run_event(http, "item_start", ["Unlabeled, in order"], "alpha", page).status_code == 200
+        refused = run_event(http, "item_accept", [None, deep], "alpha", page)
+        assert "not a JSON object of question id to answer" in refused.text, refused.text[:300]
+    assert answers_in(db, "alpha") == []

@@ -648,7 +648,7 @@ def next_item_card(
         if skip_item is not None:
             exclude.add(skip_item)
         if strategy == "skipped":
-            return _oldest_skipped_item(session, question_rows, annotator, exclude)
+            return _oldest_skipped_item(session, shares, annotator, exclude)
         for row in question_rows:
             exclude.update(_skipped_items(session, row, annotator))
         if latest is None and run is None:  # no run has read anything: items in order
@@ -699,13 +699,12 @@ def _first_open_item(session, run_id: int | None, shares: dict, strategy: str, e
     return None if best is None else best[-1]
 
 
-def _oldest_skipped_item(session, question_rows: list[int], annotator: str, exclude: set[int]) -> int | None:
-    """The item this annotator skipped longest ago, over every question."""
+def _oldest_skipped_item(session, shares: dict, annotator: str, exclude: set[int]) -> int | None:
+    """The item this annotator skipped longest ago, over every question given to them (within its shares)."""
     oldest: tuple | None = None
-    for row in question_rows:
+    for row, row_shares in shares.items():
         query = _open_skips(row, annotator).add_columns(Response.updated_at, Response.id)
-        if exclude:
-            query = query.where(Response.item_id.not_in(exclude))
+        query = repo.narrowed(query, Response.item_id, exclude, row_shares)
         found = session.execute(query.limit(1)).first()
         if found is not None:
             key = (found.updated_at, found.id, found.item_id)
@@ -816,13 +815,13 @@ def chosen_answers(card: ItemCard, choices: dict[str, Any]) -> dict[str, str]:
     question's, is refused by name."""
     answers = {}
     for entry in card.asked:
-        value = choices.get(entry.question.id) or entry.preselected
-        if value is None:
+        value = choices[entry.question.id] if entry.question.id in choices else entry.preselected
+        if value is None and entry.question.id not in choices:
             raise MissingAnswer(
                 f"{entry.question.id} has no answer chosen (no suggestion for this item): pick one with its "
                 "number or a click, then press Enter"
             )
-        if value not in entry.question.names:
+        if not isinstance(value, str) or value not in entry.question.names:
             raise ValueError(
                 f"{value!r} is not an answer to {entry.question.id}; answers: {', '.join(entry.question.names)}"
             )

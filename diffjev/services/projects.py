@@ -162,8 +162,8 @@ def user_list(text: str | None) -> list[str] | None:
 
 
 def set_roles(db: Database, name: str, members: str, reviewers: str, actor: str) -> tuple[list | None, list | None]:
-    """A project's members (empty: open to every user who can sign in) and reviewers (empty: none but the
-    admins)."""
+    """A project's members (empty: open to every user who can sign in) and reviewers (among the members;
+    empty: none named, so every member runs the project, as before roles existed)."""
     with db.session() as session:
         stored_members = repo.set_members(session, name, user_list(members), actor)
         stored_reviewers = repo.set_reviewers(session, name, user_list(reviewers) or [], actor)
@@ -184,6 +184,8 @@ def set_assignments(db: Database, name: str, assignments_json: str, actor: str) 
         parsed = json.loads(text) if text else None
     except ValueError as exc:
         raise ProjectInputError(f"assignments: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise ProjectInputError("assignments: nested too deeply; give a flat list of objects") from None
     try:
         with db.session() as session:
             return repo.set_assignments(session, name, parsed, actor)

@@ -164,7 +164,7 @@ def build(studio: Studio) -> None:
         """The request's scope, which must be the project this tab's session was started on: answers go to
         the project of the card on screen, and only while the user may still answer in it."""
         scope = studio.scope(request)
-        if scope.project != session.get("project"):
+        if scope.key != session.get("project_key"):
             raise refusal(f"this Annotate session was started on another project than {scope.project}: press Start")
         return scope
 
@@ -243,7 +243,8 @@ def build(studio: Studio) -> None:
             card = annotation.next_card(studio.db, scope.project, key, strategy, who, run=run)
         except (ValueError, repo.NotFound) as exc:  # a setting a person can fix (DIFFJEV_OVERLAP), a wrong id
             raise refusal(exc) from None
-        started = {"project": scope.project, "strategy": strategy, "question": key, "row": rows[key], "mark": mark}
+        started = {"project": scope.project, "project_key": scope.key, "strategy": strategy, "question": key}
+        started.update(row=rows[key], mark=mark)
         return show(card, {**started, "run": run}, who)
 
     def respond(session: dict | None, value: str | None, status: str, request: gr.Request) -> tuple:

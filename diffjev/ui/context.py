@@ -10,6 +10,7 @@ import secrets
 import tempfile
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,12 @@ class Scope:
     project_id: int
     user: str
     role: str  # "admin", "reviewer" or "annotator"
+    project_created: datetime | None = None
+
+    @property
+    def key(self) -> tuple:
+        """The project itself, not only its name: one deleted and made again under that name is another."""
+        return self.project, self.project_id, self.project_created
 
     def may_review(self) -> bool:
         return self.role in ("admin", "reviewer")
@@ -169,7 +176,7 @@ class Studio:
         if found is None:  # the same words whether it exists or not: nothing is learnt of others' projects
             said = f"no project named {wanted!r} that {user} can open; pick one from the project list"
             raise NoProject(html.escape(said, quote=False))
-        return Scope(wanted, found[0], user, found[1])
+        return Scope(wanted, found.project_id, user, found.role, found.created_at)
 
     @staticmethod
     def annotator(request: gr.Request | None) -> str:

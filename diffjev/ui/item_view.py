@@ -184,21 +184,21 @@ def build(studio: Studio) -> None:
             raise refusal(f"no queue named {queue_name!r}; choose one from the list")
         scope = studio.scope(request)
         mark = annotation.undo_mark(studio.db, scope.project_id)
-        session = {"project": scope.project, "strategy": strategy, "mark": mark}
+        session = {"project": scope.project, "project_key": scope.key, "strategy": strategy, "mark": mark}
         return show(next_card(session, scope.user), session)
 
     def current(session: dict | None, request: gr.Request) -> tuple[dict, annotation.ItemCard, str]:
         if not session or session.get("card") is None:
             raise gr.Error("Press Start to take an item from the queue first.")
         scope = studio.scope(request)
-        if scope.project != session["project"]:
-            raise gr.Error("This page's project changed: press Start again.")
+        if scope.key != session.get("project_key"):
+            raise gr.Error("This page's project changed (or was deleted and made again): press Start again.")
         return session, session["card"], scope.user
 
     def parsed(raw: str | None) -> dict:
         try:
             value = json.loads(raw or "{}")
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # not JSON, or nested past what the parser can hold
             value = None
         if not isinstance(value, dict):
             raise gr.Error("The choices sent are not a JSON object of question id to answer.")
@@ -228,8 +228,8 @@ def build(studio: Studio) -> None:
         if not session:
             return gr.update(), NOTHING_TO_UNDO, gr.update()
         scope = studio.scope(request)
-        if scope.project != session["project"]:
-            raise gr.Error("This page's project changed: press Start again.")
+        if scope.key != session.get("project_key"):
+            raise gr.Error("This page's project changed (or was deleted and made again): press Start again.")
         who = scope.user
         project_id, schema, rows, _ = annotation.project_schema(studio.db, scope.project)
         back = annotation.undo_last_item(studio.db, project_id, who, session["mark"])
@@ -252,7 +252,7 @@ def build(studio: Studio) -> None:
         if not session or (card is not None and any(e.suggestion for e in card.asked)):
             return unchanged
         scope = studio.scope(request)
-        if scope.project != session["project"]:
+        if scope.key != session.get("project_key"):
             return unchanged
         mark = annotation.reads_mark(studio.db, scope.project_id)
         if mark == session.get("reads_mark"):

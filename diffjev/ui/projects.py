@@ -10,6 +10,7 @@ project name from an input to decide who may do what.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import gradio as gr
@@ -36,6 +37,8 @@ def open_project_js(tab: str | None = None, project_kept: bool = True) -> str:
 
 EMPTY_FORM = [["", "yes_no", "", ""]]
 TABS = ("annotate", "project", "import", "items", "prelabel", "review", "adjudicate", "export", "try", "projects")
+# The tabs of those who run a project: not on an annotator's page.
+REVIEWERS_TABS = ("import", "prelabel", "review", "adjudicate", "export", "projects")
 
 
 def build_picker(studio: Studio) -> None:
@@ -59,10 +62,17 @@ def build_picker(studio: Studio) -> None:
     picker.input(None, [picker], None, js=open_project_js())
 
 
-def opening_tab(request: gr.Request) -> Any:
-    """The tab the address names (`&tab=import` after a new project is created), else the first."""
-    wanted = request.query_params.get("tab") if request is not None else None
-    return gr.Tabs(selected=wanted) if wanted in TABS else gr.Tabs()
+def opening_tab(studio: Studio) -> Callable[[gr.Request], Any]:
+    """The page-load handler that opens the tab the address names (`&tab=import` after a new project is
+    created), else the first; an annotator's page never opens one of the tabs it leaves out."""
+
+    def opened(request: gr.Request) -> Any:
+        wanted = request.query_params.get("tab") if request is not None else None
+        if wanted not in TABS or (wanted in REVIEWERS_TABS and not studio.scope(request).may_review()):
+            return gr.Tabs()
+        return gr.Tabs(selected=wanted)
+
+    return opened
 
 
 def build(studio: Studio) -> None:
@@ -158,7 +168,9 @@ def _build_roles(studio: Studio) -> None:
         "can sign in). **Reviewers** may also adjudicate, assign work and change the schema."
     )
     members = gr.Textbox(label="Members", elem_id="roles-members")
-    reviewers = gr.Textbox(label="Reviewers", elem_id="roles-reviewers")
+    reviewers = gr.Textbox(
+        label="Reviewers (among the members; empty: every member runs the project)", elem_id="roles-reviewers"
+    )
     note = gr.Markdown(elem_id="roles-note")
     save = gr.Button("Save members and reviewers", elem_id="roles-save")
 
@@ -179,10 +191,16 @@ def _build_roles(studio: Studio) -> None:
         except ValueError as exc:  # repo.Conflict: a list with no names
             return members_, reviewers_, f"⚠️ {md_text(exc)}"
         who = ", ".join(stored_members) if stored_members else "every user who can sign in"
+        runs = (
+            f"reviewers: {md_text(', '.join(stored_reviewers))}; the other members answer only"
+            if stored_reviewers
+            else "no reviewers named, so **every member runs this project** (imports, exports, changes the "
+            "schema); name reviewers to leave the others answering only"
+        )
         return (
             ", ".join(stored_members or []),
             ", ".join(stored_reviewers or []),
-            f"Saved. Members: {md_text(who)}; reviewers: {md_text(', '.join(stored_reviewers or []) or 'none')}.",
+            f"Saved. Members: {md_text(who)}; {runs}.",
         )
 
     studio.on_load.append((current, [], [members, reviewers]))

@@ -52,10 +52,8 @@ CSS = """
 .dj-slot { background: #fde68a; padding: 0 3px; font-weight: bold; }
 .dj-preview pre { white-space: pre-wrap; max-height: 20em; overflow: auto; }
 """
-# The tabs of those who run a project: not on an annotator's page.
-REVIEWERS_TABS = ("import", "prelabel", "review", "adjudicate", "export", "projects")
 CSS += "body.dj-annotator button[role=tab]:is(%s) { display: none; }\n" % ", ".join(
-    f"[data-tab-id={tab}]" for tab in REVIEWERS_TABS
+    f"[data-tab-id={tab}]" for tab in projects.REVIEWERS_TABS
 )
 
 
@@ -217,7 +215,7 @@ def build_blocks(studio: Studio) -> gr.Blocks:
         blocks.load(quiet_without_project(role_of, [role]), [], [role], api_visibility="private").then(
             None, [role], None, js="(role) => { document.body.classList.toggle('dj-annotator', role === 'annotator'); }"
         )
-        studio.on_load.append((projects.opening_tab, [], [tabs]))
+        studio.on_load.append((projects.opening_tab(studio), [], [tabs]))
         for handler, inputs, outputs in studio.on_load:
             blocks.load(quiet_without_project(handler, outputs), inputs, outputs, api_visibility="private")
     return blocks
