@@ -39,6 +39,10 @@ def test_an_annotator_sees_the_tabs_for_answering_and_a_reviewer_all(tmp_path, d
         page.goto(f"{server.url}/?project=alpha")
         tabs = visible_tabs(page)
         assert "Annotate" in tabs and not tabs & set(MANAGING), tabs
+        # the schema is there to read, with no Save the handler would refuse
+        page.get_by_role("tab", name="Project", exact=True).click()
+        page.wait_for_function("document.querySelector('#schema-json')?.innerText.includes('urgent')")
+        assert not page.locator("#schema-save").is_visible()
         # beta names no reviewers: bob runs it, and its page says so
         page.goto(f"{server.url}/?project=beta")
         tabs = visible_tabs(page)

@@ -110,10 +110,17 @@ def build(studio: Studio) -> None:
     template_box.change(show, [schema_box, template_box], [error, preview], api_visibility="private")
     save.click(store, [schema_box, template_box], [error, preview], api_name="save_schema")
 
-    def current(request: gr.Request) -> tuple[str, str, str, str]:
-        latest = studio.schema(studio.scope(request))[1]
-        data = latest.to_dict()
+    def current(request: gr.Request) -> tuple:
+        """The schema as saved; on an annotator's page, to read only (its Save would be refused anyway)."""
+        scope = studio.scope(request)
+        data = studio.schema(scope)[1].to_dict()
         template = data.pop("template", "")
-        return json.dumps(data, indent=2), template, *show(json.dumps(data), template)
+        editable = scope.may_review()
+        return (
+            gr.Code(json.dumps(data, indent=2), interactive=editable),
+            gr.Textbox(template, interactive=editable),
+            *show(json.dumps(data), template),
+            gr.Button(visible=editable),
+        )
 
-    studio.on_load.append((current, [], [schema_box, template_box, error, preview]))
+    studio.on_load.append((current, [], [schema_box, template_box, error, preview, save]))
