@@ -12,7 +12,6 @@ Run: python benchmarks/app_latency.py [--items 100000] [--accepts 300]
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import socket
 import statistics
@@ -26,28 +25,13 @@ from typing import Iterator
 import httpx
 from gradio_client import Client
 
-# Run as a script, this folder comes first on the import path, where storage.py (the storage benchmark)
-# would hide the `storage` package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
+from sqlalchemy import insert, select
 
-from sqlalchemy import insert, select  # noqa: E402
-
-from diffjev.schema import Schema  # noqa: E402
-from storage import repo as store  # noqa: E402
-from storage.db import Database  # noqa: E402
-from storage.models import Item, ItemRead, Suggestion, utcnow  # noqa: E402
-
-
-def _storage_benchmark():
-    """benchmarks/storage.py (the storage benchmark's synthetic project), loaded by its path: on the
-    import path its name would hide the `storage` package it imports itself."""
-    spec = importlib.util.spec_from_file_location("storage_benchmark", Path(__file__).parent / "storage.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-seeded_file = _storage_benchmark().seeded_file
+from diffjev.schema import Schema
+from storage import repo as store
+from storage.db import Database
+from storage.models import Item, ItemRead, Suggestion, utcnow
+from storage_scale import seeded_file  # benchmarks/storage_scale.py: the storage benchmark's synthetic project
 
 TARGET_P95_MS = 150
 # 0.3 x Label Studio's annotate-then-next at 100k tasks (328 ms on these machines)

@@ -103,7 +103,7 @@ def simulate(
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
-    from storage import seeded_file
+    from storage_scale import seeded_file
     from app_latency import running_app
     from prelabel_throughput import process_cpu_s
 

@@ -106,9 +106,9 @@ def press(page, key: str, until: str | None = None) -> str:
 
 
 def start(page, question: str, queue: str) -> None:
+    one_question_at_a_time(page)
     choose(page, "#annotate-question", question)
     choose(page, "#annotate-queue", queue)
-    one_question_at_a_time(page)
     page.locator("#annotate-start").click()
 
 

@@ -17,9 +17,9 @@ DISTRIBUTION = "#distribution [data-testid$='-confidence-set']"
 
 
 def start(page, queue: str) -> None:
+    one_question_at_a_time(page)
     choose(page, "#annotate-question", "team")
     choose(page, "#annotate-queue", queue)
-    one_question_at_a_time(page)
     page.locator("#annotate-start").click()
 
 

@@ -58,9 +58,9 @@ def test_schema_import_prelabel_annotate_by_keyboard_undo_and_export(browser, tm
         )
         # Annotate "team" in order: accept with Enter, correct with a number key, then undo the correction.
         page.get_by_role("tab", name="Annotate").click()
+        one_question_at_a_time(page)
         choose(page, "#annotate-question", "team")
         choose(page, "#annotate-queue", "Unlabeled, in order")
-        one_question_at_a_time(page)
         page.locator("#annotate-start").click()
         page.wait_for_selector("#item .dj-text")
         assert page.inner_text("#question-text") == "Which team?"

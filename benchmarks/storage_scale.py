@@ -6,7 +6,7 @@ project (about 100k tasks).
   answered: the third the queue hands out first, the worst case for a queue that skips answered items;
 - export of 1M items to Parquet.
 
-Run: python benchmarks/storage.py [--sizes 10000,100000,1000000] [--queries 300] [--folder /tmp/diffjev-bench]
+Run: python benchmarks/storage_scale.py [--sizes 10000,100000,1000000] [--queries 300] [--folder /tmp/diffjev-bench]
 """
 
 from __future__ import annotations
