@@ -217,3 +217,24 @@ def test_calibration_takes_the_adjudicated_answer_as_the_human_truth(db):
     adjudication.adjudicate(db, "p", "t0", "team", "technical", "carol")
     after = calibrate(db, "p", ids["run"], "team", full=False)
     assert after.n == 3 and after.accuracy == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
+def test_the_export_marks_an_unsettled_disagreement_as_disputed(db, tmp_path, fmt):
+    disagreeing(db)
+
+    def disputed() -> dict[str, bool]:
+        target = tmp_path / f"out.{fmt}"
+        export_project(db, "p", target, fmt)
+        if fmt == "jsonl":
+            rows = [json.loads(line) for line in target.read_text().splitlines()]
+        elif fmt == "csv":
+            rows = pd.read_csv(target, keep_default_na=False).to_dict("records")
+        else:
+            rows = pq.read_table(target).to_pylist()
+        return {row["external_id"]: row["team_disputed"] for row in rows}
+
+    # t0: alice and bob differ, nobody settled it; t1 agreed; t2 one answer
+    assert disputed() == {"t0": True, "t1": False, "t2": False}
+    adjudication.adjudicate(db, "p", "t0", "team", "billing", "carol")
+    assert disputed() == {"t0": False, "t1": False, "t2": False}

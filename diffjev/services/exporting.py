@@ -14,7 +14,8 @@ Where a reviewer adjudicated an item's answer (see diffjev.services.adjudication
 label: `q` holds it, `q_source` is `adjudicated` and `q_annotator` the reviewer. Every export also has
 `q_adjudicated_by` and `q_comment` (the reviewer and their comment; empty where nobody adjudicated) and
 `q_answers`, every annotator's own answer (annotator, value, source), oldest first, so what was settled
-stays beside the label.
+stays beside the label. `q_disputed` is true where annotators gave different answers and nobody has
+settled them yet: `q` is then only the latest of those answers, not an agreed label.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def columns_and_schema(question_keys: list[str], names: dict[str, list[str]]) ->
             (f"{q}_model", pa.string()),
             (f"{q}_confidence", pa.float64()),
             (f"{q}_distribution", pa.struct([(n, pa.float64()) for n in names[q]])),
+            (f"{q}_disputed", pa.bool_()),
             (f"{q}_adjudicated_by", pa.string()),
             (f"{q}_comment", pa.string()),
             (f"{q}_answers", pa.list_(answer_type)),
@@ -189,6 +191,10 @@ def _column_batches(
             batch[f"{k}_model"] = list(answer)
             batch[f"{k}_confidence"] = list(confidence)
             batch[f"{k}_distribution"] = [orjson.loads(d) if d is not None else None for d in distribution]
+            batch[f"{k}_disputed"] = [
+                not f and len({value for value, _, _ in g or () if value is not None}) > 1
+                for f, g in zip(final, latest)
+            ]
             batch[f"{k}_adjudicated_by"] = [f[1] if f else None for f in final]
             batch[f"{k}_comment"] = [f[2] if f else None for f in final]
             batch[f"{k}_answers"] = [
