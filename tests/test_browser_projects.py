@@ -152,7 +152,7 @@ def test_after_the_last_project_is_deleted_the_page_says_so_once_and_a_new_one_c
             page.locator("#project-delete-name input, #project-delete-name textarea").fill("tickets")
             page.locator("#project-delete-button").click()
             page.wait_for_function(
-                "document.querySelector('#engine-banner').innerText.includes('can open no project yet')"
+                "(document.querySelector('#engine-banner')?.innerText || '').includes('can open no project yet')"
             )
             assert "create one in the Manage tab" in page.inner_text("#engine-banner")
             page.wait_for_timeout(1000)

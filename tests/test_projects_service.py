@@ -210,9 +210,25 @@ def test_bad_assignments_are_named_and_nothing_is_stored(db):
 
 def test_roles_set_members_and_reviewers_and_the_list_follows(db):
     make_project(db, "p", 1)
-    assert projects.set_roles(db, "p", "bob, carol\ncarol", "dave", "root") == (["bob", "carol"], ["dave"])
-    assert projects.roles_of(db, "p")[:2] == (["bob", "carol"], ["dave"])
+    # a restricted project's reviewers are among its members: removing a member removes a reviewer too
+    with pytest.raises(repo.Conflict, match="dave not among its members"):
+        projects.set_roles(db, "p", "bob, carol\ncarol", "dave", "root")
+    assert projects.roles_of(db, "p")[:2] == (None, None)  # nothing of the refused change was stored
+    assert projects.set_roles(db, "p", "bob, carol\ncarol, dave", "dave", "root") == (
+        ["bob", "carol", "dave"],
+        ["dave"],
+    )
+    assert projects.roles_of(db, "p")[:2] == (["bob", "carol", "dave"], ["dave"])
     assert [p.name for p in projects.project_list(db, "dave", admin=False)] == ["p"]  # a reviewer opens it
     assert projects.project_list(db, "erin", admin=False) == []
     assert projects.set_roles(db, "p", "", "", "root") == (None, [])  # open to everyone, no reviewers
     assert [p.name for p in projects.project_list(db, "erin", admin=False)] == ["p"]
+
+
+def test_a_new_project_reads_its_text_from_the_column_named(db):
+    schema = projects.schema_from_form("", [["urgent", "yes_no", "Reply within the hour?", ""]])
+    projects.create_project(db, "bodies", schema, "root", text_field=" body ")
+    with db.read() as session:
+        assert repo.get_project(session, "bodies").text_field == "body"
+    with pytest.raises(projects.ProjectInputError, match="text column: name the column"):
+        projects.create_project(db, "no-text", schema, "root", text_field="  ")

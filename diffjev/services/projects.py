@@ -126,14 +126,17 @@ def _schema(data: dict[str, Any], template: str) -> Schema:
         raise ProjectInputError(f"questions: {exc}") from None
 
 
-def create_project(db: Database, name: str, schema: Schema, actor: str) -> str:
-    """A new, empty project; its name as stored. A taken or unusable name is a ProjectInputError."""
-    name = (name or "").strip()
+def create_project(db: Database, name: str, schema: Schema, actor: str, text_field: str = "text") -> str:
+    """A new, empty project whose items' text comes from the column `text_field`; its name as stored. A
+    taken or unusable name, or no text column, is a ProjectInputError."""
+    name, text_field = (name or "").strip(), (text_field or "").strip()
     if not name:
         raise ProjectInputError("name: give the project a name (letters, digits, spaces, '.', '_' or '-')")
+    if not text_field:
+        raise ProjectInputError("text column: name the column of your files that holds each item's text, e.g. text")
     try:
         with db.session() as session:
-            repo.create_project(session, name, schema, actor)
+            repo.create_project(session, name, schema, actor, text_field=text_field)
     except repo.Conflict as exc:
         raise ProjectInputError(f"name: {exc}") from None
     return name

@@ -97,6 +97,11 @@ def _build_new_project(studio: Studio) -> None:
     with gr.Row():
         with gr.Column():
             name = gr.Textbox(label="Name", elem_id="new-project-name")
+            text_field = gr.Textbox(
+                "text",
+                label="Text column (the column of your files that holds each item's text)",
+                elem_id="new-project-text",
+            )
             instructions = gr.Textbox(label="Instructions", lines=2, elem_id="new-project-instructions")
             source = gr.Radio(["Form", "JSON"], value="Form", label="Questions from", elem_id="new-project-source")
             form = gr.Dataframe(
@@ -133,7 +138,16 @@ def _build_new_project(studio: Studio) -> None:
         except (ProjectInputError, SchemaError, EngineError) as exc:  # EngineError: the model is still loading
             return f"⚠️ {md_text(exc)}", ""
 
-    def store(name_: str, source_: str, instructions_: str, table: Any, text: str, template_: str, request: gr.Request):
+    def store(
+        name_: str,
+        text_field_: str,
+        source_: str,
+        instructions_: str,
+        table: Any,
+        text: str,
+        template_: str,
+        request: gr.Request,
+    ):
         # Not through a project's scope: an admin makes the first project where there is none to open.
         user, admin = studio.acting(request)
         if not admin:
@@ -141,7 +155,7 @@ def _build_new_project(studio: Studio) -> None:
         try:
             schema = parsed(source_, instructions_, table, text, template_)
             studio.preview_builder().layout(schema)  # refuse a template the model cannot read
-            made = projects.create_project(studio.db, name_, schema, user)
+            made = projects.create_project(studio.db, name_, schema, user, text_field=text_field_)
         except (ProjectInputError, SchemaError, EngineError) as exc:
             return f"⚠️ {md_text(exc)}", ""
         return f"Created **{md_text(made)}**; opening its Import tab …", made
@@ -157,7 +171,7 @@ def _build_new_project(studio: Studio) -> None:
     ).then(show, inputs, [error, preview], api_visibility="private")
     add.click(lambda t: rows_of(t) + [["", "yes_no", "", ""]], [form], [form], api_visibility="private")
     remove.click(lambda t: rows_of(t)[:-1] or EMPTY_FORM, [form], [form], api_visibility="private")
-    create.click(store, [name, *inputs], [error, created], api_name="create_project").then(
+    create.click(store, [name, text_field, *inputs], [error, created], api_name="create_project").then(
         None, [created], None, js=open_project_js(tab="import")
     )
 
