@@ -169,3 +169,19 @@ def test_after_the_last_project_is_deleted_the_page_says_so_once_and_a_new_one_c
             page.close()
     with db.read() as session:
         assert repo.openable_projects(session, "local", admin=True) == ["again"]
+
+
+def test_a_page_opened_without_a_project_names_it_in_its_address(tmp_path, dgemma_engine, browser):
+    db = studio_db(tmp_path / "address.db", ["Site down"])
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        page = browser.new_page()
+        try:
+            page.goto(server.url)
+            page.wait_for_url("**?project=tickets", timeout=30_000)  # a link to what the page shows
+            page.reload()
+            page.wait_for_function(
+                "(document.querySelector('#engine-banner')?.innerText || '').includes('tickets')"
+            )
+        finally:
+            page.close()

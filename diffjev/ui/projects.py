@@ -35,6 +35,12 @@ def open_project_js(tab: str | None = None, project_kept: bool = True) -> str:
     )
 
 
+NAME_THE_PROJECT_JS = """(name) => {
+  const url = new URL(window.location.href);
+  if (!name || url.searchParams.get('project') === name) return;
+  url.searchParams.set('project', name);
+  window.history.replaceState(null, '', url.toString());
+}"""
 EMPTY_FORM = [["", "yes_no", "", ""]]
 TABS = ("annotate", "project", "import", "items", "prelabel", "review", "adjudicate", "export", "try", "projects")
 # The tabs of those who run a project: not on an annotator's page.
@@ -60,6 +66,8 @@ def build_picker(studio: Studio) -> None:
     studio.on_load.append((fill, [show_archived], [picker, show_archived]))
     show_archived.input(fill, [show_archived], [picker, show_archived], api_visibility="private")
     picker.input(None, [picker], None, js=open_project_js())
+    # The project a page opened without naming one goes into its address, so the address is a link to it.
+    picker.change(None, [picker], None, js=NAME_THE_PROJECT_JS)
 
 
 def opening_tab(studio: Studio) -> Callable[[gr.Request], Any]:
