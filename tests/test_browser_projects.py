@@ -180,8 +180,6 @@ def test_a_page_opened_without_a_project_names_it_in_its_address(tmp_path, dgemm
             page.goto(server.url)
             page.wait_for_url("**?project=tickets", timeout=30_000)  # a link to what the page shows
             page.reload()
-            page.wait_for_function(
-                "(document.querySelector('#engine-banner')?.innerText || '').includes('tickets')"
-            )
+            page.wait_for_function("(document.querySelector('#engine-banner')?.innerText || '').includes('tickets')")
         finally:
             page.close()

@@ -206,3 +206,15 @@ def test_an_answer_sent_empty_or_not_text_is_refused_not_taken_as_the_suggestion
         with pytest.raises(ValueError, match="is not an answer to urgent"):
             annotation.accept_item(db, card, "ann", {"urgent": sent}, seconds=1.0)
     assert stored(db) == {}
+
+
+def test_an_empty_item_queue_says_why(db):
+    held = annotation.next_item_card(db, "p", "in_order", "bob")  # bob holds the first item
+    while (card := annotation.next_item_card(db, "p", "in_order", "ann")) is not None:
+        annotation.accept_item(db, card, "ann", {}, seconds=1.0)
+    reason = annotation.empty_item_queue_reason(db, "p", "in_order", "ann")
+    assert "1 is being answered by other annotators right now" in reason, reason
+    annotation.accept_item(db, held, "bob", {}, seconds=1.0)
+    assert annotation.empty_item_queue_reason(db, "p", "in_order", "ann") == (
+        "Every item has an answer to each of your questions."
+    )

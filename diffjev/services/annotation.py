@@ -576,6 +576,23 @@ def reads_mark(db: Database, project_id: int) -> tuple:
 ITEM_STRATEGIES = ("in_order", "least_confidence", "skipped")
 
 
+def empty_item_queue_reason(db: Database, project_name: str, strategy: str, annotator: str) -> str:
+    """Why the item view's queue has no item for this annotator now: the reason of the first question
+    given to them that still has items without an answer (held by others, skipped, still being read),
+    else that every question is answered."""
+    project_id, schema, rows, _ = project_schema(db, project_name)
+    given = given_questions(db, project_id, annotator, schema, rows)
+    keys = [q.id for q in schema.questions if rows[q.id] in given]
+    with db.read() as session:
+        items = repo.count_items(session, project_id)
+        for key in keys:
+            if items and repo.answered_count(session, rows[key]) < items:
+                break
+        else:
+            return "Every item has an answer to each of your questions." if items and keys else ""
+    return empty_queue_reason(db, project_name, key, strategy, annotator)
+
+
 class MissingAnswer(ValueError):
     """A question of the item has no answer chosen (no suggestion to preselect, nothing picked)."""
 

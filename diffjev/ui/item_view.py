@@ -172,7 +172,10 @@ def build(studio: Studio) -> None:
     def show(card: annotation.ItemCard | None, session: dict, note: str = "") -> tuple:
         session = {**session, "card": card, "shown_at": time.monotonic()}
         if card is None:
-            return session, f"{note} **Nothing left in this queue.**".strip(), ""
+            reason = annotation.empty_item_queue_reason(
+                studio.db, session["project"], session["strategy"], session["user"]
+            )
+            return session, f"{note} **Nothing left in this queue.** {md_text(reason)}".strip(), ""
         return session, progress_line(studio.db, card, note), item_view_html(card)
 
     def next_card(session: dict, who: str, skip_item: int | None = None) -> annotation.ItemCard | None:
@@ -184,7 +187,8 @@ def build(studio: Studio) -> None:
             raise refusal(f"no queue named {queue_name!r}; choose one from the list")
         scope = studio.scope(request)
         mark = annotation.undo_mark(studio.db, scope.project_id)
-        session = {"project": scope.project, "project_key": scope.key, "strategy": strategy, "mark": mark}
+        session = {"project": scope.project, "project_key": scope.key, "user": scope.user, "strategy": strategy}
+        session["mark"] = mark
         return show(next_card(session, scope.user), session)
 
     def current(session: dict | None, request: gr.Request) -> tuple[dict, annotation.ItemCard, str]:
