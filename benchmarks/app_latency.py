@@ -25,13 +25,13 @@ from typing import Iterator
 import httpx
 from gradio_client import Client
 
-from sqlalchemy import insert, select
+from sqlalchemy import insert
 
 from diffjev.schema import Schema
 from storage import repo as store
 from storage.db import Database
-from storage.models import Item, ItemRead, Suggestion, utcnow
-from storage_scale import seeded_file  # benchmarks/storage_scale.py: the storage benchmark's synthetic project
+from storage.models import ItemRead, Suggestion
+from storage_scale import insert_tickets, seeded_file  # benchmarks/storage_scale.py: the synthetic projects
 
 TARGET_P95_MS = 150
 # 0.3 x Label Studio's annotate-then-next at 100k tasks (328 ms on these machines)
@@ -106,23 +106,8 @@ def seeded_three_questions(n: int) -> Path:
         _, rows = store.version_schema(version)
         run = store.create_run(session, project.id, version, "bench", "none", None, {}, "bench")
         run_id, project_id = run.id, project.id
-    now = utcnow()
+    ids = insert_tickets(db, project_id, n)
     with db.session() as session:
-        session.execute(
-            insert(Item),
-            [
-                {
-                    "project_id": project_id,
-                    "external_id": None,
-                    "content_hash": f"h{i}",
-                    "text": f"Ticket {i}",
-                    "fields": {},
-                    "created_at": now,
-                }
-                for i in range(n)
-            ],
-        )
-        ids = list(session.scalars(select(Item.id).where(Item.project_id == project_id)))
         # the reads, so the run is the project's latest that read anything and the queues order by it
         session.execute(insert(ItemRead), [{"run_id": run_id, "item_id": i, "status": "ok"} for i in ids])
     for key, row in rows.items():

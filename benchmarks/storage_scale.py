@@ -63,17 +63,9 @@ def seeded_file(name: str, n: int) -> Path:
     return folder / f"{name}.db"
 
 
-def seed_queue(db: Database, n: int) -> tuple[int, int]:
-    """n items with a suggestion each for one run; the least confident third answered."""
-    rng = random.Random(0)
-    with db.session() as session:
-        project = repo.get_project(session, "bench")
-        version = repo.latest_version(session, project.id)
-        _, rows = repo.version_schema(version)
-        run = repo.create_run(session, project.id, version, "bench", "none", None, {}, "bench")
-        run_id, question, project_id = run.id, rows["team"], project.id
+def insert_tickets(db: Database, project_id: int, n: int, step: int = 50_000) -> list[int]:
+    """n items "Ticket 0" … into the project, `step` to a transaction; their ids in order."""
     now = utcnow()
-    step = 50_000
     for start in range(0, n, step):
         with db.session() as session:
             session.execute(
@@ -90,8 +82,22 @@ def seed_queue(db: Database, n: int) -> tuple[int, int]:
                     for i in range(start, min(n, start + step))
                 ],
             )
+    with db.read() as session:
+        return list(session.scalars(select(Item.id).where(Item.project_id == project_id).order_by(Item.id)))
+
+
+def seed_queue(db: Database, n: int) -> tuple[int, int]:
+    """n items with a suggestion each for one run; the least confident third answered."""
+    rng = random.Random(0)
     with db.session() as session:
-        ids = list(session.scalars(select(Item.id).where(Item.project_id == project_id).order_by(Item.id)))
+        project = repo.get_project(session, "bench")
+        version = repo.latest_version(session, project.id)
+        _, rows = repo.version_schema(version)
+        run = repo.create_run(session, project.id, version, "bench", "none", None, {}, "bench")
+        run_id, question, project_id = run.id, rows["team"], project.id
+    step = 50_000
+    ids = insert_tickets(db, project_id, n, step)
+    now = utcnow()
     confidences = [rng.random() for _ in ids]
     for start in range(0, n, step):
         with db.session() as session:
