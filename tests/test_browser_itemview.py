@@ -87,6 +87,12 @@ def test_an_item_shown_before_its_read_gets_its_suggestions_without_a_reload(bro
         page.locator("#itemview .dj-iq").first.wait_for()
         shown = page.inner_text("#itemview .dj-id")
         assert set(chosen(page).values()) <= {None, ""}  # nothing read yet: nothing preselected
+        page.locator("#itemview .dj-text").click()
+        page.keyboard.press("Enter")  # refused, and said on the page: nothing is chosen for the first question
+        page.wait_for_function(
+            "(document.querySelector('#itemview-progress')?.innerText || '').includes('color has no answer chosen')"
+        )
+        assert page.inner_text("#itemview .dj-id") == shown
         prelabel(db, "tickets", dgemma_engine)
         page.wait_for_function(
             "Array.from(document.querySelectorAll('#itemview .dj-iq')).every((q) => q.dataset.chosen)",

@@ -42,6 +42,7 @@ QUEUES = {
 REMOVED = "This item was removed from the project (its import was undone or it was deleted); nothing was stored for it."
 UNDONE_ANSWER = "Undone: the last answer is back for another look."
 UNDONE_SKIP = "Undone: the skip is taken back; the item is here again."
+START_FIRST = "⚠️ Press Start to take an item from the queue first."
 NOTHING_TO_UNDO = "Nothing left to undo in this session (undo goes back to when you pressed Start, on this question)."
 
 # Keyboard shortcuts: Gradio has none built in, so a small script clicks the tab's buttons by id. Keys
@@ -249,7 +250,7 @@ def build(studio: Studio) -> None:
 
     def respond(session: dict | None, value: str | None, status: str, request: gr.Request) -> tuple:
         if not session or session.get("card") is None:
-            raise gr.Error("Press Start to take an item from the queue first.")
+            return only_a_note(START_FIRST)
         card, strategy = session["card"], session["strategy"]
         who = session_scope(session, request).user
         seconds = time.monotonic() - session["shown_at"]
@@ -281,11 +282,12 @@ def build(studio: Studio) -> None:
     def accept_answer(session: dict | None, request: gr.Request) -> tuple:
         card = session["card"] if session else None
         if card is not None and card.suggestion is None:
-            raise gr.Error("There is no suggestion to accept here; pick an answer with its number.")
+            return only_a_note("There is no suggestion to accept here; pick an answer with its number.")
         return respond(session, card.suggestion["answer"] if card else None, "submitted", request)
 
     def only_a_note(note: str) -> tuple:
-        """The page as it is, with a note in the progress line."""
+        """The page as it is, with a note in the progress line: how these events (which skip Gradio's
+        queue) say what they refuse to do, since Gradio 6.31's page shows no message of theirs raised."""
         return tuple(note if output is progress else gr.update() for output in outputs)
 
     def undo_last(session: dict | None, request: gr.Request) -> tuple:
@@ -325,7 +327,7 @@ def build(studio: Studio) -> None:
 
     def give_answer(session: dict | None, value: str | None, request: gr.Request) -> tuple:
         if not value:
-            raise gr.Error("Choose an answer first.")
+            return only_a_note("Choose an answer first.")
         return respond(session, value, "submitted", request)
 
     def skip_item(session: dict | None, request: gr.Request) -> tuple:
@@ -334,7 +336,7 @@ def build(studio: Studio) -> None:
     def click_answer(session: dict | None, clicked: gr.SelectData, request: gr.Request) -> tuple:
         card = session["card"] if session else None
         if card is None or clicked.value not in card.question.names:
-            raise gr.Error("Press Start to take an item from the queue first.")
+            return only_a_note(START_FIRST)
         return respond(session, clicked.value, "submitted", request)
 
     def questions(request: gr.Request) -> Any:  # the schema may have a new version since the server started

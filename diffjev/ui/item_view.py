@@ -33,6 +33,7 @@ HELP = (
     "Enter accepts the whole item as shown · S skip · U undo the last item"
 )
 NOTHING_TO_UNDO = "Nothing left to undo in this session (undo goes back to when you pressed Start)."
+START_FIRST = annotate.START_FIRST
 
 CSS = """
 .dj-hidden { display: none !important; }
@@ -191,9 +192,7 @@ def build(studio: Studio) -> None:
         session["mark"] = mark
         return show(next_card(session, scope.user), session)
 
-    def current(session: dict | None, request: gr.Request) -> tuple[dict, annotation.ItemCard, str]:
-        if not session or session.get("card") is None:
-            raise gr.Error("Press Start to take an item from the queue first.")
+    def current(session: dict, request: gr.Request) -> tuple[dict, annotation.ItemCard, str]:
         scope = studio.scope(request)
         if scope.key != session.get("project_key"):
             raise gr.Error("This page's project changed (or was deleted and made again): press Start again.")
@@ -208,18 +207,27 @@ def build(studio: Studio) -> None:
             raise gr.Error("The choices sent are not a JSON object of question id to answer.")
         return value
 
+    # These events skip Gradio's queue, and Gradio 6.31's page shows no message such an event raises: what
+    # a person does in the page and is refused (no item yet, a question left unanswered) is said in the
+    # progress line instead, the item left as it is on screen.
     def accept_item(session: dict | None, raw: str | None, request: gr.Request) -> tuple:
+        if not session or session.get("card") is None:
+            return gr.skip(), START_FIRST, gr.skip()
         session, card, who = current(session, request)
         seconds = time.monotonic() - session["shown_at"]
         try:
             annotation.accept_item(studio.db, card, who, parsed(raw), seconds)
         except annotation.ItemRemoved as exc:
             return show(next_card(session, who), session, note=md_text(exc))
-        except (ValueError, annotation.repo.StaleWrite) as exc:  # a question left without an answer
+        except annotation.MissingAnswer as exc:
+            return gr.skip(), f"⚠️ {md_text(exc)}. Nothing was stored for this item.", gr.skip()
+        except (ValueError, annotation.repo.StaleWrite) as exc:  # an answer no page offers, a changed answer
             raise refusal(exc) from None
         return show(next_card(session, who), session, note="Saved the last item.")
 
     def skip_item(session: dict | None, request: gr.Request) -> tuple:
+        if not session or session.get("card") is None:
+            return gr.skip(), START_FIRST, gr.skip()
         session, card, who = current(session, request)
         try:
             annotation.skip_item(studio.db, card, who, time.monotonic() - session["shown_at"])
