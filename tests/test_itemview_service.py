@@ -218,3 +218,18 @@ def test_an_empty_item_queue_says_why(db):
     assert annotation.empty_item_queue_reason(db, "p", "in_order", "ann") == (
         "Every item has an answer to each of your questions."
     )
+
+
+def test_the_view_marks_the_models_answer_and_warns_where_the_model_only_guessed(db):
+    from diffjev.ui.item_view import question_html
+
+    card = annotation.next_item_card(db, "p", "in_order", "ann")
+    entry = card.entries[1]
+    model = entry.suggestion["answer"]
+    shown = question_html(1, entry)
+    assert f"{model} <small class='dj-model'>model</small>" in shown
+    assert shown.count("dj-model") == 1
+    sure = replace(entry, suggestion={**entry.suggestion, "label_mass": 0.9})
+    unsure = replace(entry, suggestion={**entry.suggestion, "label_mass": 0.004})
+    assert "treat this as a guess" not in question_html(1, sure)
+    assert "The model put 0.4% of its probability on these answers" in question_html(1, unsure)

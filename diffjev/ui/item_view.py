@@ -44,6 +44,7 @@ CSS = """
   cursor: pointer; padding: 2px 4px; border-radius: 4px; }
 .dj-opt.dj-chosen { background: #dbeafe; font-weight: 600; }
 .dj-bar { height: .8em; background: #93c5fd; border-radius: 2px; }
+.dj-model { color: #6b7280; font-weight: normal; border: 1px solid #d1d5db; border-radius: 3px; padding: 0 3px; }
 """
 
 # Keys and clicks of the item view, acting only while it is on screen and no field has the focus. The
@@ -119,6 +120,7 @@ def question_html(index: int, entry: annotation.Entry) -> str:
     escaped: a question's text, an answer's name and its description are anyone's."""
     chosen = entry.preselected
     distribution = entry.suggestion["distribution"] if entry.suggestion else {}
+    model = entry.suggestion["answer"] if entry.suggestion else None
     rows = []
     for k, alternative in enumerate(entry.question.alternatives):
         name = alternative.name
@@ -126,12 +128,17 @@ def question_html(index: int, entry: annotation.Entry) -> str:
         key = str(k + 1) if k < MAX_KEYS else "·"
         rows.append(
             f"<div class='dj-opt{' dj-chosen' if name == chosen else ''}' data-v='{html.escape(name)}'>"
-            f"<kbd>{key}</kbd><span>{html.escape(name)}</span>"
+            f"<kbd>{key}</kbd><span>{html.escape(name)}"
+            + (" <small class='dj-model'>model</small>" if name == model else "")
+            + "</span>"
             f"<span class='dj-bar' style='width: {share * 100:.1f}%'></span>"
             f"<span>{share * 100:.0f}%</span></div>"
         )
     chosen_attr = "" if chosen is None else f" data-chosen='{html.escape(chosen)}'"
     missing = "" if chosen is not None else "<div class='dj-missing'>No suggestion: pick an answer.</div>"
+    guess = annotate.low_mass_notice(entry.suggestion.get("label_mass")) if entry.suggestion else ""
+    if guess:  # the model put almost nothing on these answers: its bars are a guess
+        missing += f"<div class='dj-missing'>{html.escape(guess.strip())}</div>"
     focus = " dj-focus" if index == 0 else ""
     return (
         f"<div class='dj-iq{focus}' data-q='{html.escape(entry.question.id)}'{chosen_attr}>"
