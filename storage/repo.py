@@ -168,11 +168,13 @@ def project_access(session: Session, project_name: str, user: str, admin: bool) 
     ).first()
     if found is None:
         return None
-    role = _role(user, admin, found.members, found.reviewers, found.archived_at)
+    role = role_in(user, admin, found.members, found.reviewers, found.archived_at)
     return Access(found.id, role, found.created_at) if role else None
 
 
-def _role(user: str, admin: bool, members: list | None, reviewers: list | None, archived_at: Any) -> str | None:
+def role_in(user: str, admin: bool, members: list | None, reviewers: list | None, archived_at: Any) -> str | None:
+    """The user's role in a project with these members, reviewers and archiving ("admin", "reviewer",
+    "annotator"), or None where they may not open it: the one rule of who may do what (see project_access)."""
     if admin:
         return "admin"
     if members is not None and user not in members:
@@ -189,7 +191,7 @@ def openable_projects(session: Session, user: str, admin: bool) -> list[str]:
     rows = session.execute(
         select(Project.name, Project.members, Project.reviewers, Project.archived_at).order_by(Project.id)
     )
-    return [name for name, members, reviewers, archived in rows if _role(user, admin, members, reviewers, archived)]
+    return [name for name, members, reviewers, archived in rows if role_in(user, admin, members, reviewers, archived)]
 
 
 def member_of_any(session: Session, user: str, admin: bool = False) -> bool:

@@ -47,7 +47,7 @@ class ProjectSummary:
 def may_open(row: repo.ProjectRow, user: str, admin: bool) -> bool:
     """Whether the user has a role in the project, by the scope's own rule (admins: every project; others:
     an open project, or one naming them as a member or reviewer); archiving is the list's filter."""
-    return repo._role(user, admin, row.members, row.reviewers, None) is not None
+    return repo.role_in(user, admin, row.members, row.reviewers, None) is not None
 
 
 def project_list(db: Database, user: str, admin: bool, include_archived: bool = False) -> list[ProjectSummary]:
