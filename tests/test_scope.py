@@ -263,3 +263,21 @@ def test_choices_and_assignments_nested_past_the_parser_get_a_message(two_projec
         refused = run_event(http, "item_accept", [None, deep], "alpha", page)
         assert "not a JSON object of question id to answer" in refused.text, refused.text[:300]
     assert answers_in(db, "alpha") == []
+
+
+def test_an_admin_signs_in_with_no_project_left_and_makes_one(tmp_path, dgemma_engine):
+    from diffjev.services import projects
+
+    db = studio_db(tmp_path / "none.db", ["only item"], name="only")
+    projects.delete_project(db, "only", "only", "owner")
+    server, _ = serve_studio(db, dgemma_engine, name="only", auth=USERS, admins=frozenset({"alice"}))
+    with server, httpx.Client(base_url=server.url, timeout=60) as alice, httpx.Client(base_url=server.url) as bob:
+        assert alice.post("/login", data={"username": "alice", "password": "a-secret"}).status_code == 200
+        refused = bob.post("/login", data={"username": "bob", "password": "b-secret"})
+        assert refused.status_code == 403 and "bob is not a member of any project" in refused.text
+        schema = '{"questions": [{"id": "q", "type": "yes_no", "instructions": "Is it?"}]}'
+        form = {"headers": ["id", "type", "instructions", "options or levels"], "data": [["", "yes_no", "", ""]]}
+        made = call(alice, "create_project", ["fresh", "text", "JSON", "", form, schema, ""], "")
+        assert "Created" in made and "fresh" in made, made
+    with db.read() as session:
+        assert repo.openable_projects(session, "alice", admin=True) == ["fresh"]

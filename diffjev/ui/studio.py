@@ -234,8 +234,9 @@ def login_check(studio: Studio, users: list[tuple[str, str]], throttle: LoginThr
             raise HTTPException(429, str(exc), headers={"Retry-After": str(math.ceil(exc.seconds))}) from None
         if not ok:
             return False
+        admin = studio.is_admin(username)  # an admin signs in with no project left, to make one
         with studio.db.read() as session:
-            member = repo.member_of_any(session, username, studio.is_admin(username))
+            member = admin or repo.member_of_any(session, username, admin)
         if not member:  # the right password: say why, not "incorrect credentials"
             log.warning("refused the login of %r: a member of no project", username)
             raise HTTPException(403, f"{username} is not a member of any project; ask an admin to add you to one")
