@@ -47,9 +47,6 @@ def refusal(message: Any) -> gr.Error:
     return gr.Error(html.escape(str(message), quote=False))  # quotes are plain text outside a tag
 
 
-ROLES = ("annotator", "reviewer", "admin")  # each may do what the one before it may
-
-
 def admins_from_env() -> frozenset[str] | None:
     """$DIFFJEV_ADMINS: the users who may create, archive and delete projects and act as a reviewer of every
     project; None where it is not set."""
@@ -156,7 +153,8 @@ class Studio:
         return self.hub_sign_in and username == os.environ.get("SPACE_AUTHOR_NAME")
 
     def acting(self, request: gr.Request | None) -> tuple[str, bool]:
-        """Who acts (the signed-in user, or the one local annotator), and whether they are an admin."""
+        """Who acts (the signed-in user: a password login or a Hugging Face sign-in; else the one local
+        annotator), and whether they are an admin."""
         username = getattr(request, "username", None) or None
         return username or LOCAL_ANNOTATOR, self.is_admin(username)
 
@@ -177,11 +175,6 @@ class Studio:
             said = f"no project named {wanted!r} that {user} can open; pick one from the project list"
             raise NoProject(html.escape(said, quote=False))
         return Scope(wanted, found.project_id, user, found.role, found.created_at)
-
-    @staticmethod
-    def annotator(request: gr.Request | None) -> str:
-        """The signed-in user (a password login or a Hugging Face sign-in), else the one local annotator."""
-        return getattr(request, "username", None) or LOCAL_ANNOTATOR
 
     def export_target(self, name: str) -> Path:
         """A fresh folder for one export (two exports in the same second never meet), and the file's path."""
