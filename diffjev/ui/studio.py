@@ -234,9 +234,10 @@ def login_check(studio: Studio, users: list[tuple[str, str]], throttle: LoginThr
             raise HTTPException(429, str(exc), headers={"Retry-After": str(math.ceil(exc.seconds))}) from None
         if not ok:
             return False
-        admin = studio.is_admin(username)  # an admin signs in with no project left, to make one
+        if studio.is_admin(username):  # an admin signs in even with no project left, to make one
+            return True
         with studio.db.read() as session:
-            member = admin or repo.member_of_any(session, username, admin)
+            member = repo.member_of_any(session, username)
         if not member:  # the right password: say why, not "incorrect credentials"
             log.warning("refused the login of %r: a member of no project", username)
             raise HTTPException(403, f"{username} is not a member of any project; ask an admin to add you to one")
@@ -259,13 +260,12 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
 
     def may_use(user: str, project: str | None) -> bool:
         """The project a request names (its page's `?project=`), else any project: the user may open it."""
-        admin = studio.is_admin(user)
-        if admin:  # every project, and the page where none is left yet to open: the handlers check the rest
+        if studio.is_admin(user):  # every project, and the page where none is left yet to open
             return True
         with studio.db.read() as session:
             if project is None:
-                return repo.member_of_any(session, user, admin)
-            return repo.project_access(session, project, user, admin) is not None
+                return repo.member_of_any(session, user)
+            return repo.project_access(session, project, user, admin=False) is not None
 
     def may_read(user: str) -> bool:  # the Jev API holds no project's data: a member of any project may read
         return may_use(user, None)
