@@ -15,7 +15,7 @@ from markdown_it.common.utils import escapeHtml
 from diffjev.services import annotation
 from diffjev.services.prelabel import background_line
 from storage import repo
-from diffjev.ui.context import Scope, Studio, md_text, refusal
+from diffjev.ui.context import Scope, Studio, md_text, quiet_without_project, refusal
 from diffjev.ui.data import LATEST, LATEST_LABEL, keep_pick, pick_of, run_choices
 
 MAX_KEYS = 9
@@ -128,7 +128,13 @@ def build_prelabel_line(studio: Studio) -> None:
         return background_line(studio.scope(request).project)
 
     studio.on_load.append((prelabel_line, [], [prelabeling]))
-    ticker.tick(prelabel_line, [], [prelabeling], api_visibility="private", show_progress="hidden")
+    ticker.tick(
+        quiet_without_project(prelabel_line, [prelabeling]),
+        [],
+        [prelabeling],
+        api_visibility="private",
+        show_progress="hidden",
+    )
 
 
 def build(studio: Studio) -> None:
@@ -381,7 +387,13 @@ def build(studio: Studio) -> None:
 
     studio.on_load.append((questions, [], [question]))
     studio.on_load.append((runs_listed, [], [run_pick]))
-    ticker.tick(pick_up_reads, [state], outputs[1:], api_visibility="private", show_progress="hidden")
+    ticker.tick(
+        quiet_without_project(pick_up_reads, outputs[1:]),
+        [state],
+        outputs[1:],
+        api_visibility="private",
+        show_progress="hidden",
+    )
     # Answers skip Gradio's queue: each is a few milliseconds of work, and the queue's round trips would
     # cost more than the work itself on every key an annotator presses.
     fast = {"queue": False, "show_progress": "hidden"}

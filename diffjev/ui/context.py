@@ -3,12 +3,14 @@ on and who is acting in which role (the Scope)."""
 
 from __future__ import annotations
 
+import functools
 import html
 import os
 import re
 import secrets
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
@@ -89,6 +91,22 @@ class Scope:
     def require_admin(self, doing: str) -> None:
         if self.role != "admin":
             raise refusal(f"{doing} is for the studio's admins (DIFFJEV_ADMINS); {self.user} is not one")
+
+
+def quiet_without_project(handler: Callable, outputs: list) -> Callable:
+    """A page-load or timer handler that leaves its parts as they are where the page opened no project the
+    user may open (or no longer may): the header says why, once, rather than every tab and every tick
+    raising the same error."""
+
+    @functools.wraps(handler)  # Gradio reads the handler's signature (its request parameter) through it
+    def load(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return handler(*args, **kwargs)
+        except NoProject:
+            skipped = tuple(gr.skip() for _ in outputs)
+            return skipped[0] if len(skipped) == 1 else skipped
+
+    return load
 
 
 def project_param(request: gr.Request | None) -> str | None:

@@ -32,7 +32,7 @@ from diffjev.services.importing import (
 from diffjev.services.prelabel import prelabel
 from storage import repo
 from diffjev.ui.access import NotAnUpload, uploaded_file
-from diffjev.ui.context import Scope, Studio, md_text, refusal
+from diffjev.ui.context import Scope, Studio, md_text, quiet_without_project, refusal
 
 
 def _source(studio: Studio, upload: Any, dataset_name: str) -> Any:
@@ -490,7 +490,9 @@ def build_prelabel(studio: Studio) -> None:
         return runs_frame(studio, studio.scope(request))
 
     studio.on_load.append((listed_on_load, [], [run_list, chosen_run]))
-    ticker.tick(runs_now, [], [run_list], api_visibility="private", show_progress="hidden")
+    ticker.tick(
+        quiet_without_project(runs_now, [run_list]), [], [run_list], api_visibility="private", show_progress="hidden"
+    )
     ticker.tick(lambda: engine_sentence(studio), [], [engine_line], api_visibility="private", show_progress="hidden")
     studio.on_load.append((lambda: engine_sentence(studio), [], [engine_line]))
     start.click(run, [kind, url, model, which], [report, failures], api_name="prelabel").then(

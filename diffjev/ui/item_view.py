@@ -17,7 +17,7 @@ import gradio as gr
 
 from diffjev.services import annotation
 from diffjev.ui import annotate
-from diffjev.ui.context import Studio, md_text, refusal
+from diffjev.ui.context import Studio, md_text, quiet_without_project, refusal
 
 MAX_ITEM_VIEW_QUESTIONS = 6
 MAX_KEYS = 9
@@ -293,7 +293,13 @@ def build(studio: Studio) -> None:
         return page[1:]
 
     ticker = gr.Timer(2.0)
-    ticker.tick(pick_up_reads, [state], outputs[1:], api_visibility="private", show_progress="hidden")
+    ticker.tick(
+        quiet_without_project(pick_up_reads, outputs[1:]),
+        [state],
+        outputs[1:],
+        api_visibility="private",
+        show_progress="hidden",
+    )
     fast = {"queue": False, "show_progress": "hidden"}
     start.click(start_queue, [queue], outputs, api_name="item_start", **fast)
     send_accept.click(accept_item, [state, choices], outputs, api_name="item_accept", **fast)

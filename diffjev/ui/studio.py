@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import functools
 import html
 import logging
 import math
@@ -37,7 +36,7 @@ from storage.db import Database
 from storage.models import Project
 from diffjev.ui import adjudicate, annotate, data, item_view, items, playground, project, projects, review
 from diffjev.ui.access import AccessGate, hub_sign_in_configured, signed_in_hub_user
-from diffjev.ui.context import NoProject, Studio, md_text
+from diffjev.ui.context import NoProject, Studio, md_text, quiet_without_project
 
 log = logging.getLogger("diffjev")
 DEMO_PROJECT = "demo-support-tickets"
@@ -146,21 +145,6 @@ def header_update(studio: Studio, request: gr.Request) -> tuple[str, gr.Timer]:
     except NoProject as exc:  # said once, here, while every tab leaves its parts as they are
         text = f"# diffjev\n⚠️ {md_text(html.unescape(exc.message))}"
     return text, gr.Timer(active=not studio.slot.settled)
-
-
-def quiet_without_project(handler: Callable, outputs: list) -> Callable:
-    """A page-load handler that leaves its parts as they are where the page opened no project the user
-    may open: the header says why, once, rather than every tab raising the same error."""
-
-    @functools.wraps(handler)  # Gradio reads the handler's signature (its request parameter) through it
-    def load(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return handler(*args, **kwargs)
-        except NoProject:
-            skipped = tuple(gr.skip() for _ in outputs)
-            return skipped[0] if len(skipped) == 1 else skipped
-
-    return load
 
 
 def build_blocks(studio: Studio) -> gr.Blocks:
