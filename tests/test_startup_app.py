@@ -177,7 +177,7 @@ def test_the_fallback_notice_is_one_readable_line_without_the_network_error(tmp_
             assert raw not in notice, raw
         assert nowhere in caplog.text  # the detail is kept, in the log
         studio = Studio(studio_db(tmp_path / "f.db", ["charged twice"]), chosen, "tickets")
-        header = html.unescape(header_text(studio).split("\n", 1)[1])  # as the page shows it
+        header = html.unescape(header_text(studio, "tickets").split("\n", 1)[1])  # as the page shows it
         assert "\n" not in header and header.startswith("⚠️ **Pre-labels from:** FALLBACK: the offline")
     finally:
         chosen.engine.close()
