@@ -31,7 +31,9 @@ from diffjev.schema import Schema
 from storage import repo as store
 from storage.db import Database
 from storage.models import ItemRead, Suggestion
-from storage_scale import insert_tickets, seeded_file  # benchmarks/storage_scale.py: the synthetic projects
+
+# benchmarks/storage_scale.py: the synthetic projects
+from storage_scale import insert_tickets, seeded_file, synthetic_suggestion
 
 TARGET_P95_MS = 150
 # 0.3 x Label Studio's annotate-then-next at 100k tasks (328 ms on these machines)
@@ -113,34 +115,10 @@ def seeded_three_questions(n: int) -> Path:
     for key, row in rows.items():
         names = Schema.from_dict(THREE_QUESTIONS).question(key).names
         with db.session() as session:
-            batch = []
-            for i in ids:
-                c = rng.random()
-                rest = (1 - c) / (len(names) - 1)
-                batch.append(
-                    {
-                        "run_id": run_id,
-                        "item_id": i,
-                        "question_id": row,
-                        "answer": names[0],
-                        "distribution": {name: (c if k == 0 else rest) for k, name in enumerate(names)},
-                        "confidence": c,
-                        "full_vocab_confidence": c,
-                        "entropy": 1 - c,
-                        "margin": c / 2,
-                        "label_mass": 1.0,
-                        "stderr": None,
-                        "agreement": None,
-                        "draws": 1,
-                        "value": None,
-                        "latency_ms": 1.0,
-                        "is_open": True,
-                        "is_current": True,
-                    }
-                )
+            batch = [synthetic_suggestion(run_id, i, row, tuple(names), rng.random()) for i in ids]
             session.execute(insert(Suggestion), batch)
-        with db.session() as session:
-            store.finish_run(session, run_id, "completed", None, "bench")
+    with db.session() as session:
+        store.finish_run(session, run_id, "completed", None, "bench")
     db.dispose()
     return path
 

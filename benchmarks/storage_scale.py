@@ -86,6 +86,30 @@ def insert_tickets(db: Database, project_id: int, n: int, step: int = 50_000) ->
         return list(session.scalars(select(Item.id).where(Item.project_id == project_id).order_by(Item.id)))
 
 
+def synthetic_suggestion(run_id: int, item_id: int, question_id: int, names: tuple, confidence: float) -> dict:
+    """A suggestion row as a one-draw read stores it: the first answer at `confidence`, the rest sharing
+    what is left."""
+    rest = (1 - confidence) / (len(names) - 1)
+    return {
+        "run_id": run_id,
+        "item_id": item_id,
+        "question_id": question_id,
+        "answer": names[0],
+        "distribution": {name: (confidence if k == 0 else rest) for k, name in enumerate(names)},
+        "confidence": confidence,
+        "full_vocab_confidence": confidence,
+        "entropy": 1 - confidence,
+        "margin": confidence / 2,
+        "label_mass": 1.0,
+        "stderr": None,
+        "agreement": None,
+        "draws": 1,
+        "value": None,
+        "latency_ms": 1.0,
+        "is_open": True,
+    }
+
+
 def seed_queue(db: Database, n: int) -> tuple[int, int]:
     """n items with a suggestion each for one run; the least confident third answered."""
     rng = random.Random(0)
@@ -104,24 +128,7 @@ def seed_queue(db: Database, n: int) -> tuple[int, int]:
             session.execute(
                 insert(Suggestion),
                 [
-                    {
-                        "run_id": run_id,
-                        "item_id": i,
-                        "question_id": question,
-                        "answer": "billing",
-                        "distribution": {"billing": c, "technical": (1 - c) / 2, "account": (1 - c) / 2},
-                        "confidence": c,
-                        "full_vocab_confidence": c,
-                        "entropy": 1 - c,
-                        "margin": c / 2,
-                        "label_mass": 1.0,
-                        "stderr": None,
-                        "agreement": None,
-                        "draws": 1,
-                        "value": None,
-                        "latency_ms": 1.0,
-                        "is_open": True,
-                    }
+                    synthetic_suggestion(run_id, i, question, ("billing", "technical", "account"), c)
                     for i, c in zip(ids[start : start + step], confidences[start : start + step])
                 ],
             )
