@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     Boolean,
+    LargeBinary,
     DateTime,
     ForeignKey,
     Index,
@@ -129,6 +130,23 @@ class Item(Base):
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
     # The import that created it (None for items from before imports were recorded): what undoing it removes.
     import_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    # The sha256 of the item's image, stored once per project in `images`; None for a text-only item.
+    image: Mapped[str | None] = mapped_column(String(64))
+
+
+class Image(Base):
+    """One image of a project, stored once however many items show it: keyed by the sha256 of its bytes,
+    and kept in the database so a backup of the database is a backup of the images."""
+
+    __tablename__ = "images"
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True)
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    mime: Mapped[str] = mapped_column(String(100))
+    size: Mapped[int]
+    width: Mapped[int]
+    height: Mapped[int]
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
 
 
 class Import(Base):
@@ -241,6 +259,8 @@ class Suggestion(Base):
     # reading, or one that failed before reading the item, never hides an earlier run's suggestion. Kept
     # by the repository when reads are stored and when a run is deleted.
     is_current: Mapped[bool] = mapped_column(Boolean, default=True, server_default=text("true"))
+    # What the answer name cannot hold: a span answer's offsets, or why a staged question was not read.
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
 
 
 class Response(Base):
@@ -265,6 +285,8 @@ class Response(Base):
     revision: Mapped[int] = mapped_column(Integer, default=1)  # bumped on every change: guards stale writes
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    # What the answer name cannot hold: a span answer's offsets, or why a staged question was not asked.
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
 
 
 class Event(Base):
