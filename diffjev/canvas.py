@@ -125,14 +125,7 @@ def draw_seed(seed: int, draw: int) -> int:
 
 
 def option_lines(question: Question, separator: str = ": ", describe: str = " ({})") -> list[str]:
-    lines = []
-    for alt in question.alternatives:
-        if question.kind == "yes_no":
-            text = alt.label + (separator + alt.description if alt.description else "")
-        else:
-            text = alt.label + separator + alt.name + (describe.format(alt.description) if alt.description else "")
-        lines.append(text)
-    return lines
+    return question.type.option_lines(question, separator, describe)
 
 
 def system_text(schema: Schema) -> str:

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from diffjev.question_types import QUESTION_TYPES
 from diffjev.schema import Question, Schema
 
 # A label the server did not return sits below everything it did return; djev uses the same rule.
@@ -61,12 +62,7 @@ class Answer:
     @property
     def value(self) -> float | None:
         """P(yes) for yes/no, the 0-indexed expected level for a score, None for a choice."""
-        probs = list(self.probabilities.values())
-        if self.kind == "yes_no":
-            return self.probabilities["yes"]
-        if self.kind == "score":
-            return sum(i * p for i, p in enumerate(probs))
-        return None
+        return QUESTION_TYPES[self.kind].answer_value(self)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,29 +84,7 @@ class Answer:
 
     def to_jev(self, question: Question) -> dict[str, Any]:
         """vLLM's `/v1/systemone` answer shape for this question."""
-        probs = list(self.probabilities.values())
-        confidence = self.full_vocab_confidence
-        if self.kind == "yes_no":
-            return {
-                "type": "noul",
-                "noul": self.probabilities["yes"],
-                "probabilities": {"yes": self.probabilities["yes"], "no": self.probabilities["no"]},
-                "confidence": confidence,
-            }
-        if self.kind == "choice":
-            return {
-                "type": "choice",
-                "choice": self.answer,
-                "probabilities": dict(self.probabilities),
-                "confidence": confidence,
-            }
-        return {
-            "type": "score",
-            "score": self.value,
-            "legend": {str(i): name for i, name in enumerate(question.names)},
-            "probabilities": {str(i): p for i, p in enumerate(probs)},
-            "confidence": confidence,
-        }
+        return question.type.to_jev(self, question)
 
 
 @dataclass

@@ -13,24 +13,14 @@ import random
 from typing import Any
 
 from diffjev.canvas import Canvas, CanvasBuilder, WIDTH_STEP, option_lines, render_state, resolve_layout
-from diffjev.schema import Question, Schema, SchemaError
+from diffjev.schema import Question, Schema
 from diffjev.template import Template
-
-REPLY_INSTRUCTIONS = {
-    "yes_no": "Answer with yes or no only.",
-    "choice": "Answer with the letter of one option only.",
-    "score": "Answer with the number of one level only.",
-}
-UPSTREAM_SCORE_LEVELS = 10
 
 
 def check_upstream_limits(schema: Schema) -> None:
-    """vLLM's API labels scores 0..9 only; a longer scale cannot be sent to it."""
+    """Refuse what vLLM's API cannot take (a score labels its levels 0..9 only, so at most ten)."""
     for q in schema.questions:
-        if q.kind == "score" and len(q.alternatives) > UPSTREAM_SCORE_LEVELS:
-            raise SchemaError(
-                f"the Jev API allows at most {UPSTREAM_SCORE_LEVELS} score levels", question=q.id, field="levels"
-            )
+        q.type.check_jev(q)
 
 
 def question_messages(question: Question, state: Any, instructions: str = "") -> tuple[dict[str, str], ...]:
@@ -38,7 +28,7 @@ def question_messages(question: Question, state: Any, instructions: str = "") ->
     user = (
         f"{render_state(state)}\n\nQuestion: {question.instructions}\n"
         + "\n".join(lines)
-        + f"\n{REPLY_INSTRUCTIONS[question.kind]}"
+        + f"\n{question.type.reply_instruction}"
     )
     messages = [{"role": "user", "content": user}]
     if instructions:

@@ -7,56 +7,27 @@ question and the field and says how to fix it.
 
 from __future__ import annotations
 
-import string
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from diffjev.errors import SchemaError
+from diffjev.question_types import (  # noqa: F401 - Alternative and Question are part of this module's API
+    NOUL_MEANING,
+    QUESTION_TYPES,
+    Alternative,
+    Question,
+    question_type,
+)
+from diffjev.staging import check_stages
 from diffjev.template import Template
 
-KIND_ALIASES = {
-    "yes_no": "yes_no",
-    "noul": "yes_no",
-    "bool": "yes_no",
-    "boolean": "yes_no",
-    "choice": "choice",
-    "score": "score",
-}
-KINDS = ("yes_no", "choice", "score")
-MAX_ALTERNATIVES = 26
 MAX_QUESTIONS = 64
-LETTERS = tuple(string.ascii_uppercase)
-DIGITS = tuple(string.digits)
 
 # Sampling policy bounds (djev clamps the same way: one read at least, 32 at most).
 MAX_SAMPLES = 32
 DEFAULT_AUTO_THRESHOLD = 0.1
 DEFAULT_AUTO_MAX = 4
-
-
-@dataclass(frozen=True)
-class Alternative:
-    """One answer a question allows: the name people see and the single-token label the model writes."""
-
-    name: str
-    label: str
-    description: str | None = None
-
-
-@dataclass(frozen=True)
-class Question:
-    id: str
-    kind: str
-    instructions: str
-    alternatives: tuple[Alternative, ...]
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(a.name for a in self.alternatives)
-
-    @property
-    def labels(self) -> tuple[str, ...]:
-        return tuple(a.label for a in self.alternatives)
 
 
 @dataclass(frozen=True)
@@ -85,6 +56,7 @@ class Schema:
         if self.template is None:
             object.__setattr__(self, "template", Template.default([q.id for q in self.questions]))
         self.template.check_against([q.id for q in self.questions])
+        check_stages(self.questions)
 
     def question(self, question_id: str) -> Question:
         for q in self.questions:
@@ -159,19 +131,13 @@ class Schema:
         """The Jev request form of the questions: `{id: {type, instructions, criteria}}`."""
         out: dict[str, dict[str, Any]] = {}
         for q in self.questions:
-            if q.kind == "yes_no":
-                yes, no = q.alternatives
-                spec: dict[str, Any] = {"type": "noul", "instructions": q.instructions}
-                if yes.description or no.description:
-                    spec["criteria"] = {"true": yes.description, "false": no.description}
-            elif q.kind == "choice":
-                spec = {
-                    "type": "choice",
-                    "instructions": q.instructions,
-                    "criteria": {a.name: a.description for a in q.alternatives},
-                }
-            else:
-                spec = {"type": "score", "instructions": q.instructions, "criteria": list(q.names)}
+            spec = q.type.to_jev_spec(q)
+            if q.depends_on:
+                spec["depends_on"] = list(q.depends_on)
+            if q.ask_if:
+                spec["ask_if"] = {earlier: list(wanted) for earlier, wanted in q.ask_if}
+            if q.alone:
+                spec["alone"] = True
             out[q.id] = spec
         return out
 
@@ -202,36 +168,34 @@ def _optional_text(value: Any, name: str, question: str | None = None) -> str:
     return value.strip()
 
 
-QUESTION_FIELDS = {"type", "instructions", "options", "levels", "criteria"}
-
-
-NOUL_MEANING = "noul is the Jev API's name for yes_no: a yes/no question, answered with the probability of yes"
-EXAMPLES = {"option": '["billing", "technical"]', "level": '["calm", "annoyed", "furious"]'}
+BASE_FIELDS = {"type", "instructions"}
+STAGING_FIELDS = {"depends_on", "ask_if", "alone"}
 
 
 def question_from_dict(qid: str, spec: Any, jev_form: bool = False) -> Question:
     """One question from its native form (`options` or `levels`) or, with `jev_form`, the Jev API's form,
     where the answers are in `criteria`. Errors name the field as the user wrote it (or, when it is
-    missing, as the form in use names it)."""
+    missing, as the form in use names it). What differs between kinds is its type's (`question_types`)."""
     if not isinstance(spec, Mapping):
         raise SchemaError("a question must be an object with 'type' and 'instructions'", question=qid)
-    unknown = sorted(set(spec) - QUESTION_FIELDS)
-    if unknown:
-        raise SchemaError(
-            f"unknown field; a question takes {', '.join(sorted(QUESTION_FIELDS | {'id'}))}",
-            question=qid,
-            field=unknown[0],
-        )
     raw_kind = spec.get("type")
-    kind = KIND_ALIASES.get(raw_kind) if isinstance(raw_kind, str) else None
-    if kind is None:
+    qtype = question_type(raw_kind) if isinstance(raw_kind, str) else None
+    if qtype is None:
         raise SchemaError(
-            f"unknown kind {raw_kind!r}; use yes_no, choice or score. yes_no may also be written noul, bool or "
+            f"unknown kind {raw_kind!r}; use {_kinds_listed()}. yes_no may also be written noul, bool or "
             f"boolean ({NOUL_MEANING})",
             question=qid,
             field="type",
         )
-    written = kind if raw_kind == kind else f"{raw_kind} ({kind})"  # the kind as the user named it
+    allowed = BASE_FIELDS | STAGING_FIELDS | set().union(*(t.fields for t in QUESTION_TYPES.values()))
+    unknown = sorted(set(spec) - allowed)
+    if unknown:
+        raise SchemaError(
+            f"unknown field; a question takes {', '.join(sorted(allowed | {'id'}))}",
+            question=qid,
+            field=unknown[0],
+        )
+    written = qtype.name if raw_kind == qtype.name else f"{raw_kind} ({qtype.name})"  # as the user named it
     instructions = _optional_text(spec.get("instructions"), "instructions", qid)
     if not instructions:
         raise SchemaError(
@@ -239,103 +203,43 @@ def question_from_dict(qid: str, spec: Any, jev_form: bool = False) -> Question:
             question=qid,
             field="instructions",
         )
-
-    if kind == "yes_no":
-        for other in ("options", "levels"):
-            if other in spec:
-                raise SchemaError(
-                    f"a {written} question has no options or levels; use 'criteria' "
-                    '{"true": ..., "false": ...} to describe yes and no',
-                    question=qid,
-                    field=other,
-                )
-        criteria = spec.get("criteria") or {}
-        if not isinstance(criteria, Mapping) or set(criteria) - {"true", "false"}:
-            raise SchemaError(
-                f'criteria of a {written} question is {{"true": text, "false": text}}', question=qid, field="criteria"
-            )
-        alternatives = (
-            Alternative("yes", "yes", _optional_text(criteria.get("true"), "criteria", qid) or None),
-            Alternative("no", "no", _optional_text(criteria.get("false"), "criteria", qid) or None),
-        )
-    else:
-        name_field = "options" if kind == "choice" else "levels"
-        wrong = "levels" if kind == "choice" else "options"
-        if wrong in spec:
-            raise SchemaError(
-                f"a {kind} question lists its answers in '{name_field}', not '{wrong}'", question=qid, field=wrong
-            )
-        if name_field in spec and "criteria" in spec:
-            raise SchemaError(
-                f"give the answers once, in '{name_field}' or in 'criteria'", question=qid, field="criteria"
-            )
-        if name_field in spec or "criteria" in spec:
-            field_used = name_field if name_field in spec else "criteria"
-        else:  # nothing given: the field this form would have it in
-            field_used = "criteria" if jev_form else name_field
-        named = _alternatives(qid, field_used, spec.get(field_used), kind)
-        labels = _labels(kind, len(named))
-        alternatives = tuple(Alternative(name, label, desc) for (name, desc), label in zip(named, labels))
-    return Question(qid, kind, instructions, alternatives)
+    parsed = qtype.parse(qid, spec, written, jev_form)
+    return dataclasses.replace(parsed, instructions=instructions, **_staging(qid, spec))
 
 
-def _alternatives(qid: str, field_name: str, raw: Any, kind: str) -> list[tuple[str, str | None]]:
-    what = "option" if kind == "choice" else "level"
-    if isinstance(raw, Mapping):  # Jev form: {name: description or null}, order kept
-        pairs = [(k, v) for k, v in raw.items()]
-    elif isinstance(raw, list):
-        pairs = []
-        for n, entry in enumerate(raw):
-            if isinstance(entry, str):
-                pairs.append((entry, None))
-            elif isinstance(entry, Mapping) and set(entry) <= {"name", "description"}:
-                pairs.append((entry.get("name"), entry.get("description")))
-            else:
-                raise SchemaError(
-                    f'{what} #{n + 1} must be a name, or {{"name": ..., "description": ...}}',
-                    question=qid,
-                    field=field_name,
-                )
-    else:
-        raise SchemaError(f"list the {what}s, e.g. {EXAMPLES[what]}", question=qid, field=field_name)
-    out: list[tuple[str, str | None]] = []
-    seen: set[str] = set()
-    for n, (name, desc) in enumerate(pairs):
-        if not isinstance(name, str) or not name.strip():
-            raise SchemaError(f"{what} #{n + 1} has an empty name", question=qid, field=field_name)
-        name = name.strip()
-        if name in seen:
-            raise SchemaError(
-                f"{what} {name!r} appears twice; every {what} needs its own name", question=qid, field=field_name
-            )
-        if "\n" in name:
-            raise SchemaError(
-                f"{what} {name!r} contains a line break; keep names on one line", question=qid, field=field_name
-            )
-        if desc is not None and not isinstance(desc, str):
-            raise SchemaError(f"the description of {what} {name!r} must be text", question=qid, field=field_name)
-        seen.add(name)
-        out.append((name, (desc or "").strip() or None))
-    if len(out) < 2:
+def _kinds_listed() -> str:
+    names = list(QUESTION_TYPES)
+    return ", ".join(names[:-1]) + f" or {names[-1]}"
+
+
+def _staging(qid: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The staging fields' shapes; how they fit the other questions is `staging.check_stages`'s to say."""
+    depends_on = spec.get("depends_on", [])
+    if not isinstance(depends_on, list) or not all(isinstance(d, str) and d for d in depends_on):
         raise SchemaError(
-            f"a {kind} question needs at least 2 {what}s; it has {len(out)}", question=qid, field=field_name
+            'list the ids of the questions read before this one, e.g. ["urgent"]', question=qid, field="depends_on"
         )
-    if len(out) > MAX_ALTERNATIVES:
+    ask_if = spec.get("ask_if", {})
+    if not isinstance(ask_if, Mapping):
         raise SchemaError(
-            f"a {kind} question allows at most {MAX_ALTERNATIVES} {what}s; it has {len(out)}. "
-            "Split it into two questions",
+            'give the earlier answers this question is asked under, e.g. {"urgent": "yes"}',
             question=qid,
-            field=field_name,
+            field="ask_if",
         )
-    return out
-
-
-def _labels(kind: str, n: int) -> tuple[str, ...]:
-    """Single-token labels, as upstream: letters for options, digits 0..9 for scores (0-indexed, so a
-    label is its score); a score with more than ten levels falls back to letters."""
-    if kind == "score" and n <= len(DIGITS):
-        return DIGITS[:n]
-    return LETTERS[:n]
+    conditions = []
+    for earlier, wanted in ask_if.items():
+        answers = [wanted] if isinstance(wanted, str) else wanted
+        if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
+            raise SchemaError(
+                f'ask_if.{earlier} must be an answer name or a list of them, e.g. "yes" or ["billing"]',
+                question=qid,
+                field="ask_if",
+            )
+        conditions.append((earlier, tuple(answers)))
+    alone = spec.get("alone", False)
+    if not isinstance(alone, bool):
+        raise SchemaError("alone is true or false", question=qid, field="alone")
+    return {"depends_on": tuple(dict.fromkeys(depends_on)), "ask_if": tuple(conditions), "alone": alone}
 
 
 def _hidden_fields(raw: Any) -> tuple[str, ...]:
@@ -368,12 +272,11 @@ def _sampling(data: Mapping[str, Any]) -> SamplingPolicy:
 
 
 def question_to_dict(q: Question) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": q.id, "type": q.kind, "instructions": q.instructions}
-    if q.kind == "yes_no":
-        yes, no = q.alternatives
-        if yes.description or no.description:
-            out["criteria"] = {"true": yes.description, "false": no.description}
-    else:
-        key = "options" if q.kind == "choice" else "levels"
-        out[key] = [{"name": a.name, "description": a.description} if a.description else a.name for a in q.alternatives]
+    out: dict[str, Any] = {"id": q.id, "type": q.kind, "instructions": q.instructions, **q.type.to_dict(q)}
+    if q.depends_on:
+        out["depends_on"] = list(q.depends_on)
+    if q.ask_if:
+        out["ask_if"] = {earlier: list(wanted) for earlier, wanted in q.ask_if}
+    if q.alone:
+        out["alone"] = True
     return out

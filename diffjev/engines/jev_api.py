@@ -19,11 +19,7 @@ from diffjev.schema import Question, Schema, SchemaError
 
 def _distribution(question: Question, shape: dict[str, Any], diagnostics: dict[str, Any]) -> SlotDistribution:
     """One question's answer shape back to a distribution in answer order."""
-    probabilities = shape["probabilities"]
-    if question.kind == "score":  # keyed by level index, named through `legend`
-        probs = [float(probabilities[str(i)]) for i in range(len(question.alternatives))]
-    else:
-        probs = [float(probabilities[name]) for name in question.names]
+    probs = question.type.jev_probabilities(question, shape)
     total = sum(probs)
     if total <= 0:
         raise ValueError("probabilities sum to zero")

@@ -144,7 +144,7 @@ def calibrate(
             "brier": cal.brier(calibrated, labels),
             "nll": cal.nll(calibrated, labels),
         }
-    if question.kind == "score":
+    if question.type.ordinal:
         result.mae, result.kappa = cal.score_errors(probs, labels)
     return result
 

@@ -13,11 +13,11 @@ from datetime import datetime
 from typing import Any
 
 from diffjev.errors import SchemaError
+from diffjev.question_types import QUESTION_TYPES
 from diffjev.schema import Schema
 from storage import repo
 from storage.db import Database
 
-QUESTION_TYPES = ("yes_no", "choice", "score")
 FORM_COLUMNS = ("id", "type", "instructions", "options or levels")
 
 
@@ -78,12 +78,12 @@ def form_question(row_number: int, row: list[Any]) -> dict[str, Any] | None:
         raise ProjectInputError(f"{where}, type: {kind or 'empty'!r}; choose one of {', '.join(QUESTION_TYPES)}")
     question: dict[str, Any] = {"id": qid, "type": kind, "instructions": instructions}
     names = [part.strip() for line in answers.splitlines() for part in line.split(";") if part.strip()]
-    if kind == "yes_no":
+    key = QUESTION_TYPES[kind].answers_field
+    if key is None:
         if names:
-            raise ProjectInputError(f"{where}, options or levels: a yes_no question has none; leave it empty")
+            raise ProjectInputError(f"{where}, options or levels: a {kind} question has none; leave it empty")
         return question
     if not names:
-        key = "options" if kind == "choice" else "levels"
         raise ProjectInputError(f"{where}, options or levels: a {kind} question needs its {key}, one per line")
     answers_of: list[dict[str, str]] = []
     for entry in names:
@@ -91,7 +91,7 @@ def form_question(row_number: int, row: list[Any]) -> dict[str, Any] | None:
         answers_of.append(
             {"name": name.strip(), **({"description": description.strip()} if description.strip() else {})}
         )
-    question["options" if kind == "choice" else "levels"] = answers_of
+    question[key] = answers_of
     return question
 
 

@@ -146,7 +146,7 @@ def agreement(db: Database, project_name: str) -> tuple[list[dict[str, Any]], li
             names = list(q.names)
             x = [names.index(by_annotator[a][i]) for i in shared]
             y = [names.index(by_annotator[b][i]) for i in shared]
-            weights = "quadratic" if q.kind == "score" else None
+            weights = "quadratic" if q.type.ordinal else None
             kappa = cohen_kappa_score(x, y, weights=weights, labels=list(range(len(names))))
             table.append(
                 {
