@@ -16,9 +16,11 @@ from itertools import islice
 from typing import Any, Iterable, Iterator, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
-from diffjev.canvas import Canvas, CanvasBuilder, draw_seed, fill_noise
+from diffjev.canvas import Canvas, CanvasBuilder, draw_seed, fill_noise, render_state
 from diffjev.decide import Decision, SlotRead, decide, needs_more_draws
 from diffjev.schema import Schema
+from diffjev.spans import SpanAnswer, SpanCanvasBuilder, question_seed, read_span_answer
+from diffjev.template import Template
 
 DEFAULT_SEED = 42
 
@@ -122,7 +124,36 @@ class CanvasEngine(Engine):
         return 1
 
     def check_schema(self, schema: Schema) -> None:
-        self.builder.layout(schema)  # a template that does not fit fails before any read is sent
+        labels = label_schema(schema)
+        if labels is not None:
+            self.builder.layout(labels)  # a template that does not fit fails before any read is sent
+        if len(labels.questions if labels else ()) < len(schema.questions) and not self.reads_spans:
+            raise EngineError(f"the {self.name} engine cannot read span questions; use a diffusion engine")
+
+    # --- span questions: a read of their own per question, beside the joint label read ---------------------
+    @property
+    def reads_spans(self) -> bool:
+        return type(self).read_blanks is not CanvasEngine.read_blanks
+
+    def read_blanks(self, canvases: Sequence[Any]) -> list[list[dict[int, float]]]:
+        """For each span canvas, one {token id: logprob} map per blank position over its requested ids."""
+        raise EngineError(f"the {self.name} engine cannot read span questions")
+
+    @property
+    def span_builder(self) -> SpanCanvasBuilder:
+        builder = getattr(self, "_span_builder", None)
+        if builder is None or builder.builder is not self.builder:
+            builder = self._span_builder = SpanCanvasBuilder(self.builder)
+        return builder
+
+    def read_spans(self, schema: Schema, state: Any, seed: int = DEFAULT_SEED) -> dict[str, SpanAnswer]:
+        """Every span question of `schema` read over the item's text (its state as the model reads it)."""
+        text = render_state(state)
+        out = {}
+        for index, q in enumerate(schema.questions):
+            if q.type.reads == "span":
+                out[q.id] = read_span_answer(q, text, question_seed(seed, index), self.span_builder, self.read_blanks)
+        return out
 
     @property
     def draws_vary(self) -> bool:
@@ -147,6 +178,28 @@ class CanvasEngine(Engine):
                     return
 
     def _decide_chunk(self, schema: Schema, states: Sequence[Any], seed: int) -> list[Decision]:
+        labels = label_schema(schema)
+        if labels is schema:
+            return self._decide_labels(schema, states, seed)
+        decisions = (
+            self._decide_labels(labels, states, seed)
+            if labels
+            else [Decision({}, schema, {"engine": self.name, "model": self.model_name, "model_passes": 0})]
+            * len(states)
+        )
+        out = []
+        for decision, state in zip(decisions, states):
+            spans = self.read_spans(schema, state, seed)
+            answers = {**decision.answers, **spans}
+            ordered = {q.id: answers[q.id] for q in schema.questions if q.id in answers}
+            diagnostics = dict(decision.diagnostics)
+            diagnostics["spans"] = {qid: a.diagnostics for qid, a in spans.items()}
+            reads = sum(sum(a.diagnostics.get("window_reads", [a.reads])) for a in spans.values())
+            diagnostics["model_passes"] = diagnostics.get("model_passes", 0) + reads * self.span_builder.steps
+            out.append(Decision(ordered, schema, diagnostics))
+        return out
+
+    def _decide_labels(self, schema: Schema, states: Sequence[Any], seed: int) -> list[Decision]:
         started = time.perf_counter()
         layout = self.builder.layout(schema)
         repeatable = self.draws_vary
@@ -193,3 +246,16 @@ class CanvasEngine(Engine):
         flat = [c for g in groups for c in g]
         got = iter(self.read(flat) if flat else [])
         return [[next(got) for _ in g] for g in groups]
+
+
+def label_schema(schema: Schema) -> Schema | None:
+    """The part of `schema` the joint canvas reads: its slot questions (None when it has none). Span
+    questions take reads of their own, so they have no slot in the response template."""
+    slots = tuple(q for q in schema.questions if q.type.reads == "slot")
+    if len(slots) == len(schema.questions):
+        return schema
+    if not slots:
+        return None
+    ids = [q.id for q in slots]
+    template = Template.default(ids) if schema.template.is_default_for([q.id for q in schema.questions]) else None
+    return dataclasses.replace(schema, questions=slots, template=template or schema.template)

@@ -110,3 +110,38 @@ class TransformersEngine(CanvasEngine):
         else:
             logits = self.model(input_ids=torch.cat([prompt, ids], dim=1)).logits[0, prompt.shape[1] :]
         return torch.log_softmax(logits.float(), dim=-1).cpu()
+
+    @torch.inference_mode()
+    def denoised_logprobs(
+        self,
+        prompt_ids: Sequence[int],
+        canvas_ids: Sequence[int],
+        pinned: Sequence[int] = (),
+        steps: int = 1,
+        rows: int | None = None,
+    ) -> torch.Tensor:
+        """A read of `steps` denoise steps: every step but the last writes its likeliest token into each
+        position not pinned (pinned ones keep their seed value), and the last step's temperature-1
+        logprobs are returned, as `canvas_logprobs`. vLLM's sampler accepts by an entropy bound and
+        renoises the rest; this greedy schedule is its deterministic approximation."""
+        ids = list(canvas_ids)
+        held = set(pinned)
+        open_positions = [p for p in range(len(ids)) if p not in held]
+        prompt = torch.tensor([list(prompt_ids)], device=self.device)
+        for _ in range(max(1, steps) - 1):
+            if not open_positions:
+                break
+            hidden = self._canvas_hidden(prompt, torch.tensor([ids], device=self.device))[0, open_positions]
+            for position, token in zip(open_positions, head_logprobs(self.model, hidden).argmax(dim=-1).tolist()):
+                ids[position] = int(token)
+        return self.canvas_logprobs(prompt_ids, ids, rows)
+
+    def read_blanks(self, canvases: Sequence[Any]) -> list[list[dict[int, float]]]:
+        out = []
+        for canvas in canvases:
+            logprobs = self.denoised_logprobs(
+                canvas.prompt_ids, canvas.ids, canvas.pinned, canvas.steps, rows=canvas.reply_tokens
+            )
+            wanted = list(canvas.request_ids)
+            out.append([dict(zip(wanted, logprobs[p, wanted].tolist())) for p in canvas.blank])
+        return out
