@@ -4,13 +4,14 @@ diffusion model in-process.
 vLLM cannot run DiffusionGemma without a GPU, so this is how diffjev's vLLM client is exercised for real
 on a CPU host, and how a developer can stand a local model behind the same client. It serves:
 
-- `POST /v1/chat/completions`: one-step read-only reads (`vllm_xargs` with `diffusion_seed_canvas`,
-  `diffusion_read_only`, `diffusion_max_steps` 1), validated as vLLM validates them, answered in
-  vLLM's chat response shape with per-position logprobs at temperature 1;
+- `POST /v1/chat/completions`: read-only reads (`vllm_xargs` with `diffusion_seed_canvas`,
+  `diffusion_read_only`, `diffusion_max_steps`, `diffusion_pinned`), validated as vLLM validates them,
+  answered in vLLM's chat response shape with per-position logprobs at temperature 1; a read of more
+  than one step rewrites only the positions not pinned, as vLLM does;
 - `POST /v1/systemone`: the Jev decision API in vLLM's shapes, one canvas read per question;
 - `GET /v1/models`.
 
-Multi-step denoising and free generation are refused with a 400 that says so: this server reads.
+Free generation (a request that is not read-only) is refused with a 400 that says so: this server reads.
 """
 
 from __future__ import annotations
@@ -119,13 +120,19 @@ def diffusion_args(body: dict[str, Any], served_width: int, vocab: int) -> dict[
     read_only = _flag(xargs, "diffusion_read_only")
     if _flag(xargs, "diffusion_constrained") and not body.get("logprob_token_ids"):
         raise RequestError("extra_args diffusion_constrained needs logprob_token_ids", "vllm_xargs")
-    if not read_only or steps != 1:
+    if not read_only:
         raise RequestError(
-            "this server answers one-step read-only reads only (diffusion_read_only true, "
-            "diffusion_max_steps 1); serve the model with vLLM for generation",
+            "this server answers read-only reads only (diffusion_read_only true); serve the model with vLLM "
+            "for generation",
             "vllm_xargs",
         )
-    return {"width": width, "seed": seed, "constrained": _flag(xargs, "diffusion_constrained")}
+    return {
+        "width": width,
+        "seed": seed,
+        "constrained": _flag(xargs, "diffusion_constrained"),
+        "steps": steps,
+        "pinned": sorted(set(pinned or [])),
+    }
 
 
 def logprob_args(body: dict[str, Any], max_logprobs: int, vocab: int) -> dict[str, Any]:
@@ -270,7 +277,9 @@ def create_app(
             canvas = diff["seed"] or [random.randrange(vocab) for _ in range(diff["width"])]  # unseeded: vLLM draws
             # read-only caps the output at the canvas width and ignores EOS: position i is canvas position i
             n_out = min(max_tokens or diff["width"], diff["width"])
-            logprobs = await run_in_threadpool(locked, engine.canvas_logprobs, prompt, canvas, n_out)
+            logprobs = await run_in_threadpool(
+                locked, engine.denoised_logprobs, prompt, canvas, diff["pinned"], diff["steps"], n_out
+            )
             choice_and_usage = _chat_choice(logprobs, lp, diff["constrained"], as_ids, len(prompt))
             if key is not None:
                 answered[key] = choice_and_usage

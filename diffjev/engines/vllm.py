@@ -121,6 +121,51 @@ class VLLMServerEngine(CanvasEngine):
     def read(self, canvases: Sequence[Canvas]) -> list[dict[str, SlotRead]]:
         return list(self._pool.map(self._read_one, canvases))
 
+    def span_request_body(self, canvas: Any) -> dict[str, Any]:
+        """A span read: several denoise steps with every position but the blank pinned, and the logprobs
+        of the item's own token ids (at most 128) at every position."""
+        if len(canvas.request_ids) > MAX_LOGPROB_TOKEN_IDS:
+            raise EngineError(
+                f"{len(canvas.request_ids)} item token ids in one span read; at most {MAX_LOGPROB_TOKEN_IDS} fit"
+            )
+        body: dict[str, Any] = {
+            "model": self.model_name,
+            "messages": list(canvas.messages),
+            "max_tokens": canvas.reply_tokens,
+            "logprobs": True,
+            "top_logprobs": TOP_LOGPROBS,
+            "logprob_token_ids": list(canvas.request_ids),
+            "return_tokens_as_token_ids": True,
+            "vllm_xargs": {
+                "diffusion_seed_canvas": list(canvas.ids),
+                "diffusion_canvas_length": canvas.width,
+                "diffusion_max_steps": canvas.steps,
+                "diffusion_read_only": True,
+                "diffusion_pinned": canvas.pinned,
+            },
+        }
+        if self.chat_template_kwargs:
+            body["chat_template_kwargs"] = self.chat_template_kwargs
+        return body
+
+    def read_blanks(self, canvases: Sequence[Any]) -> list[list[dict[int, float]]]:
+        self._learn_context()
+        return list(self._pool.map(self._read_blank, canvases))
+
+    def _read_blank(self, canvas: Any) -> list[dict[int, float]]:
+        data = post_json(self._clients.get(), self.endpoint, self.span_request_body(canvas), "vLLM server")
+        try:
+            content = data["choices"][0]["logprobs"]["content"]
+            return [
+                {parse_token(t["token"]): float(t["logprob"]) for t in content[p].get("top_logprobs") or []}
+                for p in canvas.blank
+            ]
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            raise EngineError(
+                f"the answer from {shown_url(self.endpoint)} has no usable choices[0].logprobs.content over "
+                f"the span's blank; the server must be a vLLM build with structured reads"
+            ) from None
+
     def _read_one(self, canvas: Canvas) -> dict[str, SlotRead]:
         data = post_json(self._clients.get(), self.endpoint, self.request_body(canvas), "vLLM server")
         try:
