@@ -804,3 +804,31 @@ def _positive(qid: str, value: Any, field_name: str, most: int) -> int | None:
 
 for _type in (SpanType(), SpansType()):
     register(_type)
+
+
+def span_answer_from_jev(question: Any, shape: Mapping[str, Any], text: str) -> SpanAnswer:
+    """A `/v1/systemone` span or spans answer back to a SpanAnswer, every span checked against the text
+    (ValueError when a span's offsets do not slice out its text)."""
+    if question.kind == "spans":
+        items = shape.get("items") or []
+    else:
+        items = [shape] if shape.get("found") else []
+    spans = []
+    for item in items:
+        start, end = int(item["start"]), int(item["end"])
+        if not 0 <= start < end <= len(text) or text[start:end] != item.get("text"):
+            raise ValueError(f"span {start}-{end} does not match the item text")
+        spans.append(
+            Span(start, end, text[start:end], float(item.get("confidence", 0.0)), float(item.get("coverage", 1.0)))
+        )
+    confidence = shape.get("confidence")
+    if confidence is None:
+        confidence = sum(s.confidence for s in spans) / len(spans) if spans else 0.0
+    return SpanAnswer(
+        question.id,
+        question.kind,
+        tuple(spans),
+        float(confidence),
+        int(shape.get("reads", 1)),
+        int(shape.get("windows", 1)),
+    )

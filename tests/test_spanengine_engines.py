@@ -112,3 +112,38 @@ def test_a_span_only_schema_reads_no_label_canvas(dgemma_engine):
     span = decision.answers["product"].spans
     assert all(TEXT[s.start : s.end] == s.text for s in span)
     assert decision.diagnostics["model_passes"] == decision.answers["product"].reads * DEFAULT_SPAN_STEPS
+
+
+def test_jev_api_serves_and_reads_span_answers_in_vllms_shapes(dgemma_engine):
+    from conftest import LocalServer
+    from fastapi import FastAPI
+
+    from diffjev.api import jev_router
+    from diffjev.engines.jev_api import JevAPIEngine
+
+    app = FastAPI()
+    app.include_router(jev_router(lambda: dgemma_engine))
+    only = Schema.from_dict(
+        {
+            "questions": [
+                {"id": "product", "type": "span", "instructions": "Which product?"},
+                {"id": "things", "type": "spans", "instructions": "Which things?"},
+            ]
+        }
+    )
+    with LocalServer(app) as server:
+        body = {"state": TEXT, "questions": only.to_jev_questions()}
+        served = httpx.post(f"{server.url}/v1/systemone", json=body, timeout=60).json()
+        product = served["answers"]["product"]
+        assert product["type"] == "span" and "reads" in product
+        if product["found"]:
+            assert TEXT[product["start"] : product["end"]] == product["text"]
+        assert served["answers"]["things"]["type"] == "spans"
+        client = JevAPIEngine(server.url)
+        try:
+            decision = next(client.decide_many(only, [TEXT]))
+        finally:
+            client.close()
+    local = next(dgemma_engine.decide_many(only, [TEXT]))
+    assert decision.answers["product"].answer == local.answers["product"].answer
+    assert decision.answers["things"].answer == local.answers["things"].answer

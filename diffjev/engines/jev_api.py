@@ -15,6 +15,7 @@ from diffjev.engines._http import HTTPClients, post_json
 from diffjev.engines.base import DEFAULT_SEED, Engine, EngineError, server_url, shown_url
 from diffjev.jev import check_upstream_limits
 from diffjev.schema import Question, Schema, SchemaError
+from diffjev.spans import SpanAnswer, span_answer_from_jev
 
 
 def _distribution(question: Question, shape: dict[str, Any], diagnostics: dict[str, Any]) -> SlotDistribution:
@@ -85,6 +86,9 @@ class JevAPIEngine(Engine):
         data = post_json(self._clients.get(), where, self.request_body(schema, state), "Jev API")
         answers = {}
         for q in schema.questions:
+            if q.type.reads == "span":
+                answers[q.id] = self._span_answer(q, data, state)
+                continue
             try:
                 dist = _distribution(q, data["answers"][q.id], (data.get("diagnostics") or {}).get(q.id) or {})
             except (ValueError, KeyError, TypeError, AttributeError):  # never quote the answer: it may be anyone's
@@ -108,6 +112,15 @@ class JevAPIEngine(Engine):
             "timing": {"read_s": time.perf_counter() - started},
         }
         return Decision(answers, schema, diagnostics)
+
+    def _span_answer(self, q: Question, data: Any, state: Any) -> SpanAnswer:
+        try:
+            return span_answer_from_jev(q, data["answers"][q.id], render_state(state))
+        except (ValueError, KeyError, TypeError, AttributeError):  # never quote the answer: it may be anyone's
+            raise EngineError(
+                f"the answer from the Jev API at {shown_url(self.endpoint)} is not a usable {q.kind} answer for "
+                f"{q.id}: its offsets must slice its text out of the item text"
+            ) from None
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
