@@ -243,6 +243,13 @@ class CanvasBuilder:
                 self._layouts[key] = layout
         return layout
 
+    def check(self, schema: Schema) -> None:
+        """Raise SchemaError if the joint canvas cannot hold the schema's slot questions (a schema of span
+        questions alone has none to hold)."""
+        part = schema.slot_part()
+        if part is not None:
+            self.layout(part)
+
     def messages(self, schema: Schema, state: Any) -> tuple[dict[str, str], ...]:
         system = self._systems.get(schema)
         if system is None:

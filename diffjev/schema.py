@@ -53,10 +53,26 @@ class Schema:
     hidden_fields: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.template is None:
-            object.__setattr__(self, "template", Template.default([q.id for q in self.questions]))
-        self.template.check_against([q.id for q in self.questions])
+        # Only questions read at a slot of the joint canvas have a place in the response template; a span
+        # question takes a read of its own. A schema of span questions alone has no template.
+        if self.template is None and self.slot_ids:
+            object.__setattr__(self, "template", Template.default(self.slot_ids))
+        if self.template is not None:
+            self.template.check_against(self.slot_ids)
         check_stages(self.questions)
+
+    @property
+    def slot_ids(self) -> list[str]:
+        """The ids of the questions the joint canvas reads, one slot each, in order."""
+        return [q.id for q in self.questions if q.type.reads == "slot"]
+
+    def slot_part(self) -> "Schema | None":
+        """The part of the schema the joint canvas reads: its slot questions (itself when every question is
+        one; None when it has none). Span questions take reads of their own."""
+        slots = tuple(q for q in self.questions if q.type.reads == "slot")
+        if len(slots) == len(self.questions):
+            return self
+        return dataclasses.replace(self, questions=slots) if slots else None
 
     def question(self, question_id: str) -> Question:
         for q in self.questions:
@@ -118,7 +134,7 @@ class Schema:
         out: dict[str, Any] = {"questions": [question_to_dict(q) for q in self.questions]}
         if self.instructions:
             out["instructions"] = self.instructions
-        if not self.template.is_default_for([q.id for q in self.questions]):
+        if self.template is not None and not self.template.is_default_for(self.slot_ids):
             out["template"] = self.template.text
         out["samples"] = self.sampling.samples
         out["auto_threshold"] = self.sampling.auto_threshold

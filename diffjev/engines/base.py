@@ -20,7 +20,6 @@ from diffjev.canvas import Canvas, CanvasBuilder, draw_seed, fill_noise, render_
 from diffjev.decide import Decision, SlotRead, decide, needs_more_draws
 from diffjev.schema import Schema
 from diffjev.spans import SpanAnswer, SpanCanvasBuilder, question_seed, read_span_answer
-from diffjev.template import Template
 
 DEFAULT_SEED = 42
 
@@ -124,10 +123,8 @@ class CanvasEngine(Engine):
         return 1
 
     def check_schema(self, schema: Schema) -> None:
-        labels = label_schema(schema)
-        if labels is not None:
-            self.builder.layout(labels)  # a template that does not fit fails before any read is sent
-        if len(labels.questions if labels else ()) < len(schema.questions) and not self.reads_spans:
+        self.builder.check(schema)  # a template that does not fit fails before any read is sent
+        if schema.slot_part() is not schema and not self.reads_spans:
             raise EngineError(f"the {self.name} engine cannot read span questions; use a diffusion engine")
 
     # --- span questions: a read of their own per question, beside the joint label read ---------------------
@@ -178,7 +175,7 @@ class CanvasEngine(Engine):
                     return
 
     def _decide_chunk(self, schema: Schema, states: Sequence[Any], seed: int) -> list[Decision]:
-        labels = label_schema(schema)
+        labels = schema.slot_part()
         if labels is schema:
             return self._decide_labels(schema, states, seed)
         decisions = (
@@ -246,16 +243,3 @@ class CanvasEngine(Engine):
         flat = [c for g in groups for c in g]
         got = iter(self.read(flat) if flat else [])
         return [[next(got) for _ in g] for g in groups]
-
-
-def label_schema(schema: Schema) -> Schema | None:
-    """The part of `schema` the joint canvas reads: its slot questions (None when it has none). Span
-    questions take reads of their own, so they have no slot in the response template."""
-    slots = tuple(q for q in schema.questions if q.type.reads == "slot")
-    if len(slots) == len(schema.questions):
-        return schema
-    if not slots:
-        return None
-    ids = [q.id for q in slots]
-    template = Template.default(ids) if schema.template.is_default_for([q.id for q in schema.questions]) else None
-    return dataclasses.replace(schema, questions=slots, template=template or schema.template)

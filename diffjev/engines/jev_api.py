@@ -61,7 +61,7 @@ class JevAPIEngine(Engine):
         return body
 
     def check_schema(self, schema: Schema) -> None:
-        if not schema.template.is_default_for([q.id for q in schema.questions]):
+        if schema.template is not None and not schema.template.is_default_for(schema.slot_ids):
             raise SchemaError(
                 "the Jev API reads question by question with its own prompt and cannot use a custom "
                 "template; remove the template or use a canvas engine (vllm, transformers)",

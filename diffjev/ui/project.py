@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import html
 import json
+
 import gradio as gr
 
 from diffjev.canvas import CanvasBuilder
 from diffjev.engines.base import EngineError
 from diffjev.errors import SchemaError
 from diffjev.schema import Schema
+from diffjev.spans import ANSWER_HEAD, DEFAULT_SPAN_STEPS, question_max_tokens
 from storage import repo
 from diffjev.ui.context import Studio, md_text
 
@@ -33,7 +35,13 @@ def parse(schema_text: str, template_text: str) -> Schema:
 
 def canvas_preview(builder: CanvasBuilder, schema: Schema) -> str:
     """The prompt as text, then the canvas token by token: fixed text plain, each slot marked as noise
-    with its position and the token every label would put there."""
+    with its position and the token every label would put there. Span questions, read on their own, are
+    listed after it."""
+    own_reads = span_reads_preview(schema)
+    labels = schema.slot_part()
+    if labels is None:
+        return f"<div class='dj-preview'>{own_reads}</div>"
+    schema = labels
     canvas = builder.build(schema, PREVIEW_STATE, seed=42)
     tokenizer = builder.tokenizer
     slot_of = {pos: qid for qid, pos in canvas.slots.items()}
@@ -58,8 +66,21 @@ def canvas_preview(builder: CanvasBuilder, schema: Schema) -> str:
     return (
         f"<div class='dj-preview'><h4>Prompt ({len(canvas.prompt_ids)} tokens)</h4><pre>{prompt}</pre>"
         f"<h4>Canvas ({canvas.width} tokens; slots are noise until the read)</h4>"
-        f"<div class='dj-canvas'>{''.join(chips)}</div><ul>{slots}</ul></div>"
+        f"<div class='dj-canvas'>{''.join(chips)}</div><ul>{slots}</ul>{own_reads}</div>"
     )
+
+
+def span_reads_preview(schema: Schema) -> str:
+    """What each span question's own read is: the blank the model fills and how the answer is found."""
+    lines = [
+        f"<li><b>{html.escape(q.id)}</b> ({q.kind}): the item's text with this question, then "
+        f"<code>{html.escape(ANSWER_HEAD)}</code> and a blank of {question_max_tokens(q)} tokens, "
+        f"denoised in {DEFAULT_SPAN_STEPS} steps over the item's own tokens; the answer is the likeliest "
+        "exact piece of the text, or none</li>"
+        for q in schema.questions
+        if q.type.reads == "span"
+    ]
+    return f"<h4>Span questions (a read of their own each)</h4><ul>{''.join(lines)}</ul>" if lines else ""
 
 
 def build(studio: Studio) -> None:
@@ -96,7 +117,7 @@ def build(studio: Studio) -> None:
         scope.require_reviewer("Changing the schema")
         try:
             parsed = parse(schema_text, template_text)
-            studio.preview_builder().layout(parsed)  # refuse a template the model cannot read
+            studio.preview_builder().check(parsed)  # refuse a template the model cannot read
         except (SchemaError, EngineError) as exc:
             return f"⚠️ {md_text(str(exc))}", gr.update()
         with studio.db.session() as session:

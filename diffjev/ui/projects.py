@@ -162,7 +162,7 @@ def _build_new_project(studio: Studio) -> None:
             raise refusal(f"Creating a project is for the studio's admins (DIFFJEV_ADMINS); {user} is not one")
         try:
             schema = parsed(source_, instructions_, table, text, template_)
-            studio.preview_builder().layout(schema)  # refuse a template the model cannot read
+            studio.preview_builder().check(schema)  # refuse a template the model cannot read
             made = projects.create_project(studio.db, name_, schema, user, text_field=text_field_)
         except (ProjectInputError, SchemaError, EngineError) as exc:
             return f"⚠️ {md_text(exc)}", ""
