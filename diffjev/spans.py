@@ -17,6 +17,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from diffjev.errors import SchemaError
+from diffjev.question_types import Question, QuestionType, register
+
 SPAN_KINDS = ("span", "spans")
 NONE_VALUE = "none"
 MAX_VALUE_CHARS = 500  # the answer column's width
@@ -63,6 +66,15 @@ class SpanAnswer:
     def answer(self) -> str:
         """The stored answer name."""
         return span_value(self.spans)
+
+    @property
+    def label_mass(self) -> float:
+        """Span reads renormalise over the item's own ids: there is no label set to lose mass to."""
+        return 1.0
+
+    @property
+    def argmax_is_label(self) -> None:
+        return None
 
     @property
     def value(self) -> None:
@@ -705,3 +717,90 @@ def reread_seed(seed: int, attempt: int) -> int:
 def question_seed(seed: int, index: int) -> int:
     """The seed of the index-th span question of a schema: apart from the label read's and each other's."""
     return seed + QUESTION_SEED_STRIDE * (index + 1)
+
+
+# The registry entries ------------------------------------------------------------------------------------
+
+MAX_BLANK_TOKENS = 256
+
+
+class SpanType(QuestionType):
+    """One substring of the item text, or none."""
+
+    name = "span"
+    jev_type = "span"
+    reads = "span"
+    widget = "span"
+    answer_word = "span"
+    reply_instruction = "Answer with the exact words from the message, or none."
+    fields = frozenset({"max_tokens", "max_items", "criteria"})
+    takes_items = False
+
+    def parse(self, qid, spec, written, jev_form):
+        if "options" in spec or "levels" in spec:
+            raise SchemaError(
+                f"a {written} question's answer is words from the item text; it has no options or levels",
+                question=qid,
+                field="options" if "options" in spec else "levels",
+            )
+        limits = dict(spec)
+        if "criteria" in spec:
+            criteria = spec["criteria"]
+            if not isinstance(criteria, Mapping) or set(criteria) - {"max_tokens", "max_items"}:
+                raise SchemaError(
+                    f'criteria of a {written} question is {{"max_tokens": n, "max_items": n}}',
+                    question=qid,
+                    field="criteria",
+                )
+            limits.update(criteria)
+        max_tokens = _positive(qid, limits.get("max_tokens"), "max_tokens", MAX_BLANK_TOKENS)
+        max_items = _positive(qid, limits.get("max_items"), "max_items", 64)
+        if max_items is not None and not self.takes_items:
+            raise SchemaError(
+                "a span question has one answer; use type 'spans' for a list", question=qid, field="max_items"
+            )
+        return Question(qid, self.name, "", (), max_tokens=max_tokens, max_items=max_items)
+
+    def to_dict(self, q):
+        return {k: v for k, v in (("max_tokens", q.max_tokens), ("max_items", q.max_items)) if v is not None}
+
+    def to_jev_spec(self, q):
+        criteria = self.to_dict(q)
+        return {**super().to_jev_spec(q), **({"criteria": criteria} if criteria else {})}
+
+    def option_lines(self, q, separator=": ", describe=" ({})"):
+        return []
+
+    def to_jev(self, answer, q):
+        return answer.to_jev(q)
+
+    def jev_probabilities(self, q, shape):
+        return []
+
+    def human_value(self, q, value, text=""):
+        return span_value(parse_span_value(value, text, self.name))
+
+    def export_categories(self, q):
+        return None
+
+
+class SpansType(SpanType):
+    """A list of substrings of the item text, in text order, or none."""
+
+    name = "spans"
+    jev_type = "spans"
+    widget = "spans"
+    reply_instruction = "Answer with the exact words from the message, one answer per line, or none."
+    takes_items = True
+
+
+def _positive(qid: str, value: Any, field_name: str, most: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise SchemaError(f"{field_name} is a whole number from 1 to {most}", question=qid, field=field_name)
+    return value
+
+
+for _type in (SpanType(), SpansType()):
+    register(_type)
