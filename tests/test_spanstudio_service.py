@@ -23,7 +23,7 @@ from storage.models import Response, Suggestion
 SCHEMA = {
     "questions": [
         {"id": "product", "type": "span", "instructions": "Which words name the product?"},
-        {"id": "parts", "type": "spans", "instructions": "Which parts are broken?"},
+        {"id": "parts", "type": "spans", "instructions": "Which parts are broken?", "max_items": 2},
     ],
     "samples": 1,
 }
@@ -142,6 +142,7 @@ def test_a_person_corrects_and_accepts_spans_through_the_item_card(db):
         ({"product": "Acme"}, "product: 'Acme' is not a span"),
         ({"product": 15}, "product: give the span as start-end"),
         ({"parts": "10-20,15-25"}, "parts: spans 10-20 and 15-25 overlap"),
+        ({"parts": "0-3,4-6,7-9"}, "parts: 3 spans, but this question takes at most 2"),
     ],
 )
 def test_a_wrong_span_answer_is_refused_naming_the_question_and_nothing_is_stored(db, choices, message):

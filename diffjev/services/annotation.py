@@ -37,7 +37,7 @@ from sqlalchemy.orm import aliased
 from diffjev import active
 from diffjev import calibration as cal
 from diffjev.schema import Question, Schema
-from diffjev.spans import SPAN_KINDS, parse_span_value, span_value
+from diffjev.spans import parse_span_value, span_value
 from storage import repo
 from storage.db import Database
 from storage.models import Event, Item, ItemRead, Project, Response, Run, Suggestion, utcnow
@@ -837,7 +837,7 @@ def _suggestion_view(session, s: Suggestion, row: int, question: Question) -> di
 
 def is_span_question(question: Question) -> bool:
     """Whether the question's answer is spans of the item text rather than one of its answer names."""
-    return question.kind in SPAN_KINDS
+    return question.type.reads == "span"
 
 
 def span_answer(question: Question, value: Any, text: str) -> tuple[str, dict[str, Any]]:
@@ -850,6 +850,10 @@ def span_answer(question: Question, value: Any, text: str) -> tuple[str, dict[st
         spans = parse_span_value(value, text, question.kind)
     except ValueError as exc:
         raise ValueError(f"{question.id}: {exc}") from None
+    if question.max_items is not None and len(spans) > question.max_items:
+        raise ValueError(
+            f"{question.id}: {len(spans)} spans, but this question takes at most {question.max_items}; drop some"
+        )
     # a person's span has no confidence: only where it is and what it says
     return span_value(spans), {"spans": [{"start": s.start, "end": s.end, "text": s.text} for s in spans]}
 

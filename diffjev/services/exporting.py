@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator
 import orjson
 
 from diffjev.io import SourceError, write_export
-from diffjev.spans import SPAN_KINDS, parse_span_value
+from diffjev.spans import parse_span_value
 from storage import repo
 from storage.db import Database
 
@@ -121,7 +121,7 @@ def export_project(
         runs = {r.id: (r.engine, r.model) for r in repo.list_runs(session, project.id)}
         project_id = project.id
     keys = [q.id for q in schema.questions]
-    span_kinds = {q.id: q.kind for q in schema.questions if q.kind in SPAN_KINDS}
+    span_kinds = {q.id: q.kind for q in schema.questions if q.type.reads == "span"}
     _, arrow_schema = columns_and_schema(keys, {q.id: list(q.names) for q in schema.questions}, frozenset(span_kinds))
     # JSONL keeps the context fields as an object; the tabular formats hold them as JSON text.
     batches = _column_batches(
