@@ -3,6 +3,8 @@ span answer is checked against the item text (code point offsets, emoji, combini
 with its spans, and the export holds exact start, end and text per span in every format."""
 
 import csv
+import subprocess
+import sys
 import json
 
 import pandas as pd
@@ -228,3 +230,22 @@ def test_export_round_trip_keeps_exact_spans_in_jsonl_parquet_hf_and_csv(db, tmp
             row[column] = json.loads(row[column]) if row[column] else None
         row["product_confidence"] = float(row["product_confidence"]) if row["product_confidence"] else None
     check_spans(rows)
+
+
+def test_the_cli_exports_spans_with_exact_offsets(tmp_path):
+    path = tmp_path / "cli.db"
+    database = Database(path)
+    with database.session() as session:
+        repo.create_project(session, "p", Schema.from_dict(SCHEMA), "owner")
+    import_items(database, "p", pd.DataFrame({"id": ["a", "b"], "text": TEXTS}), id_field="id")
+    answered_and_suggested(database)
+    database.engine.dispose()
+    done = subprocess.run(
+        [sys.executable, "-m", "diffjev.cli", "export", "--db", str(path), "--project", "p"]
+        + ["--format", "jsonl", "--out", str(tmp_path / "cli.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    check_spans([json.loads(line) for line in (tmp_path / "cli.jsonl").read_text(encoding="utf-8").splitlines()])
