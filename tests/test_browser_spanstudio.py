@@ -12,7 +12,7 @@ from diffjev.services.importing import import_items
 from storage import repo
 from storage.db import Database
 from storage.models import Question, Response
-from studio_fixtures import choose, serve_studio
+from studio_fixtures import choose, one_question_at_a_time, serve_studio
 from test_spanstudio_service import SCHEMA, TEXTS, span_of, store_span_suggestions
 
 # A word's box in a span question's text: the page's own text nodes, found by their words.
@@ -128,3 +128,27 @@ def test_span_questions_are_marked_corrected_by_mouse_and_keys_and_stored_on_ent
             f"{deluxe.start}-{deluxe.end}",
             {"spans": [{"start": deluxe.start, "end": deluxe.end, "text": "Deluxe"}]},
         )
+
+
+def test_the_one_question_view_shows_the_suggested_span_and_enter_accepts_it(browser, tmp_path, dgemma_engine):
+    db = Database(tmp_path / "one.db")
+    with db.session() as session:
+        repo.create_project(session, "tickets", Schema.from_dict(SCHEMA), "owner")
+    import_items(db, "tickets", pd.DataFrame({"id": ["a"], "text": [TEXTS[0]]}), id_field="id")
+    with db.read() as session:
+        (first,) = session.scalars(select(repo.Item.id))
+    store_span_suggestions(db, "tickets", {first: {"product": (span_of(TEXTS[0], "Acme Phone X"),), "parts": ()}})
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(server.url)
+        one_question_at_a_time(page)
+        choose(page, "#annotate-question", "product")
+        page.locator("#annotate-start").click()
+        page.wait_for_function("document.querySelector('#suggestion-info').innerText.includes('Acme Phone X')")
+        assert "“Acme Phone X” (14-26), confidence 0.70" in page.inner_text("#suggestion-info")
+        page.locator("#item").click()
+        page.keyboard.press("Enter")
+        page.wait_for_function("document.querySelector('#annotate-progress').innerText.includes('Saved')")
+        detail = {"spans": [{"start": 14, "end": 26, "text": "Acme Phone X"}]}
+        assert stored(db) == {("a", "product"): ("14-26", detail)}
