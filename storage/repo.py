@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, aliased
 
 from diffjev.decide import Decision
 from diffjev.schema import Schema, question_to_dict
+from diffjev.spans import SpanAnswer, spans_detail
 from storage.models import (
     Adjudication,
     Event,
@@ -588,30 +589,52 @@ def store_reads(
             continue
         for key, answer in decision.answers.items():
             qid = question_rows[key]
-            suggestions.append(
-                {
-                    "run_id": run_id,
-                    "item_id": item_id,
-                    "question_id": qid,
-                    "answer": answer.answer,
-                    "distribution": answer.probabilities,
-                    "confidence": answer.confidence,
-                    "full_vocab_confidence": answer.full_vocab_confidence,
-                    "entropy": answer.entropy,
-                    "margin": answer.margin,
-                    "label_mass": answer.label_mass,
-                    "stderr": answer.stderr,
-                    "agreement": answer.agreement,
-                    "draws": answer.draws,
-                    "value": answer.value,
-                    "latency_ms": latency,
-                    "is_open": (item_id, qid) not in answered,
-                }
-            )
+            row = _span_suggestion(answer) if isinstance(answer, SpanAnswer) else _label_suggestion(answer)
+            row.update(run_id=run_id, item_id=item_id, question_id=qid, latency_ms=latency)
+            row["is_open"] = (item_id, qid) not in answered
+            suggestions.append(row)
     session.execute(insert(ItemRead), reads)
     if suggestions:
         _take_current(session, run_id, suggestions)
         session.execute(insert(Suggestion), suggestions)
+
+
+def _label_suggestion(answer: Any) -> dict[str, Any]:
+    """A label answer's suggestion columns: its distribution over the answer names and what follows from it."""
+    return {
+        "answer": answer.answer,
+        "distribution": answer.probabilities,
+        "confidence": answer.confidence,
+        "full_vocab_confidence": answer.full_vocab_confidence,
+        "entropy": answer.entropy,
+        "margin": answer.margin,
+        "label_mass": answer.label_mass,
+        "stderr": answer.stderr,
+        "agreement": answer.agreement,
+        "draws": answer.draws,
+        "value": answer.value,
+        "detail": None,
+    }
+
+
+def _span_suggestion(answer: SpanAnswer) -> dict[str, Any]:
+    """A span answer's suggestion columns. It has no distribution over names: the answer name is the spans'
+    offsets ("12-18", "none"), the spans themselves go in `detail`, and the queue orders stay meaningful
+    with margin = confidence, entropy 0 and the whole mass on the answer."""
+    return {
+        "answer": answer.answer,
+        "distribution": {},
+        "confidence": answer.confidence,
+        "full_vocab_confidence": answer.confidence,
+        "entropy": 0.0,
+        "margin": answer.confidence,
+        "label_mass": 1.0,
+        "stderr": None,
+        "agreement": None,
+        "draws": answer.reads,
+        "value": None,
+        "detail": spans_detail(answer.spans),
+    }
 
 
 def _take_current(session: Session, run_id: int, suggestions: list[dict[str, Any]]) -> None:
@@ -1030,6 +1053,7 @@ class ResponseInput:
     suggestion_id: int | None = None
     suggestion_shown: bool = False
     seconds: float | None = None
+    detail: dict[str, Any] | None = None  # a span answer's spans: {"spans": [{start, end, text}]}
 
 
 SOURCES = ("accepted", "corrected", "manual")
@@ -1065,10 +1089,11 @@ def respond(session: Session, r: ResponseInput, expected_revision: int | None = 
                 f"item {r.item_id}: the answer changed since it was loaded (revision {row.revision}, "
                 f"expected {expected_revision}); reload the item"
             )
-        before = {"value": row.value, "status": row.status, "source": row.source}
+        before = {"value": row.value, "status": row.status, "source": row.source, "detail": row.detail}
         row.revision += 1
     row.value, row.source, row.status = r.value, r.source, r.status
     row.suggestion_id, row.suggestion_shown, row.seconds = r.suggestion_id, r.suggestion_shown, r.seconds
+    row.detail = r.detail
     row.updated_at = utcnow()
     session.flush()
     log(

@@ -37,6 +37,7 @@ from sqlalchemy.orm import aliased
 from diffjev import active
 from diffjev import calibration as cal
 from diffjev.schema import Question, Schema
+from diffjev.spans import parse_span_value, span_value
 from storage import repo
 from storage.db import Database
 from storage.models import Event, Item, ItemRead, Project, Response, Run, Suggestion, utcnow
@@ -285,6 +286,8 @@ def load_card(
 
 def calibrated_confidence(session, run_id: int, row: int, distribution: dict, question: Question) -> float | None:
     """The top answer's probability under the temperature kept for this run and question, if any."""
+    if is_span_question(question):  # no distribution over answer names to scale
+        return None
     temperature = repo.kept_temperature(session, run_id, row)
     if temperature is None:
         return None
@@ -297,7 +300,10 @@ def answer(
 ) -> int:
     """Store the annotator's answer to a card: accepted (the suggestion's answer), corrected (another
     answer to a shown suggestion) or manual (no suggestion shown); or a skip. Returns the response id."""
-    if value is not None and value not in card.question.names:
+    detail = None
+    if value is not None and is_span_question(card.question):
+        value, detail = span_answer(card.question, value, card.text)
+    elif value is not None and value not in card.question.names:
         raise ValueError(f"{value!r} is not an answer to {card.question.id}; answers: {', '.join(card.question.names)}")
     shown = card.suggestion is not None
     if status == "skipped":
@@ -322,6 +328,7 @@ def answer(
                 suggestion_id=card.suggestion["id"] if shown else None,
                 suggestion_shown=shown,
                 seconds=seconds,
+                detail=detail,
             ),
             expected_revision=card.revision,
         )
@@ -387,6 +394,7 @@ def _take_back(session, event: Event, annotator: str, project_id: int) -> None:
             session.delete(response)
         else:
             response.value, response.status, response.source = before["value"], before["status"], before["source"]
+            response.detail = before.get("detail")  # a span answer's spans go back with its value
             response.revision += 1
         session.flush()
     repo.refresh_open(session, event.item_id, event.question_id)
@@ -823,7 +831,31 @@ def _suggestion_view(session, s: Suggestion, row: int, question: Question) -> di
         "draws": s.draws,
         "run": s.run_id,
         "calibrated": calibrated_confidence(session, s.run_id, row, s.distribution, question),
+        "detail": s.detail,  # a span suggestion's spans, with their confidence
     }
+
+
+def is_span_question(question: Question) -> bool:
+    """Whether the question's answer is spans of the item text rather than one of its answer names."""
+    return question.type.reads == "span"
+
+
+def span_answer(question: Question, value: Any, text: str) -> tuple[str, dict[str, Any]]:
+    """A person's answer to a span question ("12-18", "12-18,30-35" or "none": code point offsets into the
+    item text, end exclusive), checked against the text: (its canonical answer name, the response's
+    detail). A wrong one is refused with a ValueError naming the question and the fix."""
+    if not isinstance(value, str):
+        raise ValueError(f'{question.id}: give the span as start-end character offsets, e.g. "12-18", or "none"')
+    try:
+        spans = parse_span_value(value, text, question.kind)
+    except ValueError as exc:
+        raise ValueError(f"{question.id}: {exc}") from None
+    if question.max_items is not None and len(spans) > question.max_items:
+        raise ValueError(
+            f"{question.id}: {len(spans)} spans, but this question takes at most {question.max_items}; drop some"
+        )
+    # a person's span has no confidence: only where it is and what it says
+    return span_value(spans), {"spans": [{"start": s.start, "end": s.end, "text": s.text} for s in spans]}
 
 
 def chosen_answers(card: ItemCard, choices: dict[str, Any]) -> dict[str, str]:
@@ -838,6 +870,9 @@ def chosen_answers(card: ItemCard, choices: dict[str, Any]) -> dict[str, str]:
                 f"{entry.question.id} has no answer chosen (no suggestion for this item): pick one with its "
                 "number or a click, then press Enter"
             )
+        if is_span_question(entry.question):
+            answers[entry.question.id] = span_answer(entry.question, value, card.text)[0]
+            continue
         if not isinstance(value, str) or value not in entry.question.names:
             raise ValueError(
                 f"{value!r} is not an answer to {entry.question.id}; answers: {', '.join(entry.question.names)}"
@@ -856,6 +891,7 @@ def accept_item(db: Database, card: ItemCard, annotator: str, choices: dict[str,
     stored = []
     for entry in card.asked:
         value, shown = answers[entry.question.id], entry.suggestion is not None
+        detail = span_answer(entry.question, value, card.text)[1] if is_span_question(entry.question) else None
         if shown and value == entry.suggestion["answer"]:
             source = "accepted"
         else:
@@ -872,6 +908,7 @@ def accept_item(db: Database, card: ItemCard, annotator: str, choices: dict[str,
                     suggestion_id=entry.suggestion["id"] if shown else None,
                     suggestion_shown=shown,
                     seconds=share,
+                    detail=detail,
                 ),
                 entry.revision,
             )

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterator
 import orjson
 
 from diffjev.io import SourceError, write_export
+from diffjev.spans import parse_span_value
 from storage import repo
 from storage.db import Database
 
@@ -45,8 +46,18 @@ def csv_escape_setting() -> bool:
     return os.environ.get("DIFFJEV_CSV_ESCAPE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def columns_and_schema(question_keys: list[str], names: dict[str, list[str]]) -> tuple[list[str], Any]:
-    """The export's column names and Arrow schema."""
+def _span_type() -> Any:
+    import pyarrow as pa
+
+    return pa.list_(pa.struct([("start", pa.int64()), ("end", pa.int64()), ("text", pa.string())]))
+
+
+def columns_and_schema(
+    question_keys: list[str], names: dict[str, list[str]], span_keys: frozenset[str] = frozenset()
+) -> tuple[list[str], Any]:
+    """The export's column names and Arrow schema. A span question (in `span_keys`) has no distribution over
+    answer names; it has `q_spans` and `q_model_spans` instead: its label's and the model's spans, each
+    `{start, end, text}` (code point offsets into `text`, end exclusive, as Label Studio and spaCy count)."""
     import pyarrow as pa
 
     answer_type = _answer_type()
@@ -60,14 +71,17 @@ def columns_and_schema(question_keys: list[str], names: dict[str, list[str]]) ->
         ("model", pa.string()),
     ]
     for q in question_keys:
+        span = q in span_keys
         fields += [
             (q, pa.string()),
+            *([(f"{q}_spans", _span_type())] if span else []),
             (f"{q}_annotator", pa.string()),
             (f"{q}_source", pa.string()),
             (f"{q}_annotations", pa.int64()),
             (f"{q}_model", pa.string()),
+            *([(f"{q}_model_spans", _span_type())] if span else []),
             (f"{q}_confidence", pa.float64()),
-            (f"{q}_distribution", pa.struct([(n, pa.float64()) for n in names[q]])),
+            *([] if span else [(f"{q}_distribution", pa.struct([(n, pa.float64()) for n in names[q]]))]),
             (f"{q}_disputed", pa.bool_()),
             (f"{q}_adjudicated_by", pa.string()),
             (f"{q}_comment", pa.string()),
@@ -107,11 +121,14 @@ def export_project(
         runs = {r.id: (r.engine, r.model) for r in repo.list_runs(session, project.id)}
         project_id = project.id
     keys = [q.id for q in schema.questions]
-    _, arrow_schema = columns_and_schema(keys, {q.id: list(q.names) for q in schema.questions})
+    span_kinds = {q.id: q.kind for q in schema.questions if q.type.reads == "span"}
+    _, arrow_schema = columns_and_schema(keys, {q.id: list(q.names) for q in schema.questions}, frozenset(span_kinds))
     # JSONL keeps the context fields as an object; the tabular formats hold them as JSON text.
     batches = _column_batches(
         db, project_id, question_rows, keys, (run_id, runs), annotator, reviewed_only, fields_as_text=fmt != "jsonl"
     )
+    if span_kinds:
+        batches = _with_spans(batches, span_kinds)
     escape = csv_escape_setting() if csv_escape is None else csv_escape
     count = write_export(batches, target, fmt, arrow_schema, on_batch=progress, csv_escape=escape)
     if push_to_hub:
@@ -202,6 +219,30 @@ def _column_batches(
                 for g in latest
             ]
         yield batch
+
+
+def _with_spans(batches: Iterator[dict[str, list]], span_kinds: dict[str, str]) -> Iterator[dict[str, list]]:
+    """Each span question's label and model answer ("12-18,30-35", "none") as spans of the item text, and
+    no distribution column (a span answer has none)."""
+    for batch in batches:
+        texts = batch["text"]
+        for key, kind in span_kinds.items():
+            batch[f"{key}_spans"] = [_spans(v, t, kind) for v, t in zip(batch[key], texts)]
+            batch[f"{key}_model_spans"] = [_spans(v, t, kind) for v, t in zip(batch[f"{key}_model"], texts)]
+            batch.pop(f"{key}_distribution", None)
+        yield batch
+
+
+def _spans(value: str | None, text: str, kind: str) -> list[dict[str, Any]] | None:
+    """A stored span answer as [{start, end, text}]; None where there is no answer, or where it no longer
+    fits the item text (it is still in the answer column, as it was given)."""
+    if value is None:
+        return None
+    try:
+        spans = parse_span_value(value, text, kind)
+    except ValueError:
+        return None
+    return [{"start": s.start, "end": s.end, "text": s.text} for s in spans]
 
 
 def _push(target: str | os.PathLike, repo_id: str, token: str) -> None:

@@ -14,6 +14,7 @@ from markdown_it.common.utils import escapeHtml
 
 from diffjev.services import annotation
 from diffjev.services.prelabel import background_line
+from diffjev.spans import parse_span_value
 from storage import repo
 from diffjev.ui.context import Scope, Studio, md_text, quiet_without_project, refusal
 from diffjev.ui.data import LATEST, LATEST_LABEL, keep_pick, pick_of, run_choices
@@ -106,6 +107,17 @@ def options_html(question) -> str:
         for i, a in enumerate(question.alternatives)
     )
     return f"<ul class='dj-options' style='list-style: none; padding-left: 0'>{rows}</ul>"
+
+
+def shown_answer(card: annotation.Card, value: str) -> str:
+    """An answer as the tab shows it: a span answer ("14-26") with the words it marks."""
+    if not annotation.is_span_question(card.question):
+        return value
+    try:
+        spans = parse_span_value(value, card.text, card.question.kind)
+    except ValueError:  # a stored answer that no longer fits the text: its offsets as they are
+        return value
+    return " · ".join(f"“{s.text}” ({s.start}-{s.end})" for s in spans) if spans else "none"
 
 
 def low_mass_notice(label_mass: float | None) -> str:
@@ -207,14 +219,14 @@ def build(studio: Studio) -> None:
             label, text = None, ("Suggestion hidden: blind slice." if card.blind else "No suggestion for this item.")
         else:
             label = s["distribution"]
-            text = f"Model: **{md_text(s['answer'])}**, confidence {s['confidence']:.2f}"
+            text = f"Model: **{md_text(shown_answer(card, s['answer']))}**, confidence {s['confidence']:.2f}"
             if s.get("stderr") is not None:
                 text += f" ± {s['stderr']:.2f} over {s['draws']} reads"
             if s.get("calibrated") is not None:
                 text += f"; calibrated confidence {s['calibrated']:.2f}"
             text += low_mass_notice(s.get("label_mass"))
         if card.current is not None:
-            text += f"  \nYour current answer: **{md_text(card.current)}**"
+            text += f"  \nYour current answer: **{md_text(shown_answer(card, card.current))}**"
         pick_updates = [
             gr.update(
                 visible=i < len(card.question.names),

@@ -16,6 +16,7 @@ import time
 import gradio as gr
 
 from diffjev.services import annotation
+from diffjev.spans import parse_span_value
 from diffjev.ui import annotate
 from diffjev.ui.context import Studio, md_text, quiet_without_project, refusal
 
@@ -45,6 +46,10 @@ CSS = """
 .dj-opt.dj-chosen { background: #dbeafe; font-weight: 600; }
 .dj-bar { height: .8em; background: #93c5fd; border-radius: 2px; }
 .dj-model { color: #6b7280; font-weight: normal; border: 1px solid #d1d5db; border-radius: 3px; padding: 0 3px; }
+.dj-spantext { white-space: pre-wrap; border: 1px solid #e5e7eb; border-radius: 4px; padding: 4px 6px; cursor: text;
+  user-select: text; line-height: 1.6; }
+.dj-mark { background: #fde68a; border-bottom: 2px solid #d97706; }
+.dj-spaninfo { color: #374151; font-size: .9em; }
 """
 
 # Keys and clicks of the item view, acting only while it is on screen and no field has the focus. The
@@ -76,6 +81,115 @@ KEYS_JS = """
     const el = b && (b.tagName === "BUTTON" ? b : b.querySelector("button"));
     setTimeout(() => el && el.click(), 0);
   };
+  // Span questions. Offsets are code points into the item text (Python's str indices), end exclusive; the
+  // browser counts UTF-16 units, so every count goes through Array.from. Each rendered segment carries its
+  // code point offset (data-o): a carriage return is not rendered (the HTML parser would fold CRLF), yet
+  // the offsets after it stay the text's own.
+  const chars = (q) => Array.from(JSON.parse(q.dataset.text));
+  const spansOf = (q) => {
+    const v = q.dataset.chosen;
+    if (!v || v === "none") return [];
+    return v.split(",").map((p) => p.split("-").map(Number));
+  };
+  const setSpans = (q, spans) => {
+    spans = spans.filter((s) => s[1] > s[0]).sort((a, b) => a[0] - b[0]);
+    q.dataset.chosen = spans.length ? spans.map((s) => s[0] + "-" + s[1]).join(",") : "none";
+    paint(q);
+    const missing = q.querySelector(".dj-missing"); if (missing) missing.remove();
+  };
+  const paint = (q) => {
+    const cs = chars(q), spans = spansOf(q), box = q.querySelector(".dj-spantext");
+    const cuts = new Set([0, cs.length]);
+    spans.forEach((s) => { cuts.add(s[0]); cuts.add(s[1]); });
+    cs.forEach((c, i) => { if (c === "\\r") { cuts.add(i); cuts.add(i + 1); } });
+    const at = Array.from(cuts).filter((i) => i <= cs.length).sort((a, b) => a - b);
+    box.replaceChildren();
+    for (let k = 0; k + 1 < at.length; k++) {
+      const a = at[k], b = at[k + 1], seg = document.createElement("span");
+      const piece = cs.slice(a, b).join("");
+      seg.dataset.o = a;
+      seg.className = "dj-seg" + (spans.some((s) => s[0] <= a && b <= s[1]) ? " dj-mark" : "");
+      seg.textContent = piece === "\\r" ? (cs[b] === "\\n" ? "" : "\\n") : piece;
+      box.appendChild(seg);
+    }
+    const shown = q.querySelector(".dj-spanchosen");
+    const quoted = (s) => "\\u201c" + cs.slice(s[0], s[1]).join("") + "\\u201d";
+    if (shown) shown.textContent = spans.length ? spans.map(quoted).join(" · ") : "none";
+  };
+  const offsetAt = (box, node, off) => {
+    if (node.nodeType === Node.TEXT_NODE) {
+      return Number(node.parentElement.dataset.o) + Array.from(node.textContent.slice(0, off)).length;
+    }
+    if (node === box) {
+      const child = box.childNodes[off];
+      return child ? Number(child.dataset.o) : Array.from(JSON.parse(box.closest(".dj-iq").dataset.text)).length;
+    }
+    const o = Number(node.dataset.o);
+    return off > 0 ? o + Array.from(node.textContent).length : o;
+  };
+  const words = (cs) => {
+    const out = []; let s = -1;
+    cs.forEach((c, i) => {
+      const blank = /\\s/.test(c);
+      if (!blank && s < 0) s = i;
+      if (blank && s >= 0) { out.push([s, i]); s = -1; }
+    });
+    if (s >= 0) out.push([s, cs.length]);
+    return out;
+  };
+  const trimmed = (cs, a, b) => {
+    while (a < b && /\\s/.test(cs[a])) a++;
+    while (b > a && /\\s/.test(cs[b - 1])) b--;
+    return [a, b];
+  };
+  // Keys of a focused span question: → / ← move the end of its last span a word, Shift+→ / Shift+← its
+  // start; + starts a new span at the next word (spans); Backspace drops the last span; N answers none.
+  const spanKey = (e, q) => {
+    const cs = chars(q), ws = words(cs), spans = spansOf(q), many = q.dataset.kind === "spans";
+    const last = spans[spans.length - 1];
+    if (e.key === "n" || e.key === "N") { setSpans(q, []); return true; }
+    if (e.key === "Backspace" || e.key === "Delete") { setSpans(q, spans.slice(0, -1)); return true; }
+    if (e.key === "+" && many) {
+      const next = ws.find((w) => !last || w[0] >= last[1]);
+      if (next) setSpans(q, [...spans, next]);
+      return true;
+    }
+    if (e.key !== "ArrowRight" && e.key !== "ArrowLeft") return false;
+    if (!last) { if (ws.length) setSpans(q, [ws[0]]); return true; }
+    const floor = spans.length > 1 ? spans[spans.length - 2][1] : 0;
+    let [a, b] = last;
+    if (e.shiftKey && e.key === "ArrowRight") { const w = ws.find((w) => w[0] > a && w[0] < b); if (w) a = w[0]; }
+    else if (e.shiftKey) { const w = ws.filter((w) => w[0] < a && w[0] >= floor).pop(); if (w) a = w[0]; }
+    else if (e.key === "ArrowRight") { const w = ws.find((w) => w[1] > b); if (w) b = w[1]; }
+    else { const w = ws.filter((w) => w[1] < b && w[1] > a).pop(); if (w) b = w[1]; }
+    setSpans(q, [...spans.slice(0, -1), [a, b]]);
+    return true;
+  };
+  // A selection made in a span question's text is its answer (span) or one more of its answers (spans);
+  // a click on a marked span of a spans question drops it.
+  document.addEventListener("mouseup", (e) => {
+    const box = e.target.closest && e.target.closest("#itemview .dj-spantext");
+    if (!box) return;
+    const v = view(); if (!v) return;
+    const q = box.closest(".dj-iq"), sel = window.getSelection();
+    focusAt(v, questions(v).indexOf(q));
+    const spans = spansOf(q), many = q.dataset.kind === "spans";
+    if (!sel || sel.rangeCount === 0 || sel.isCollapsed) {
+      const mark = e.target.closest(".dj-mark");
+      if (mark && many) {
+        const o = Number(mark.dataset.o);
+        setSpans(q, spans.filter((s) => !(s[0] <= o && o < s[1])));
+      }
+      return;
+    }
+    const r = sel.getRangeAt(0);
+    if (!box.contains(r.startContainer) || !box.contains(r.endContainer)) return;
+    const start = offsetAt(box, r.startContainer, r.startOffset), end = offsetAt(box, r.endContainer, r.endOffset);
+    const [a, b] = trimmed(chars(q), start, end);
+    sel.removeAllRanges();
+    if (b <= a) return;
+    setSpans(q, many ? [...spans.filter((s) => s[1] <= a || s[0] >= b), [a, b]] : [[a, b]]);
+  });
   document.addEventListener("click", (e) => {
     const opt = e.target.closest && e.target.closest("#itemview .dj-opt");
     if (!opt) return;
@@ -93,6 +207,7 @@ KEYS_JS = """
     if (e.key === "u" || e.key === "U") { e.preventDefault(); send(v, "item-undo"); return; }
     if (!qs.length) return;
     const i = focused(v), q = qs[i];
+    if (q.classList.contains("dj-spanq") && !(e.key === "Tab") && spanKey(e, q)) { e.preventDefault(); return; }
     const opts = Array.from(q.querySelectorAll(".dj-opt"));
     const at = opts.findIndex((o) => o.classList.contains("dj-chosen"));
     if (e.key === "Tab" || e.key === "ArrowDown" || e.key === "ArrowUp") {
@@ -146,9 +261,84 @@ def question_html(index: int, entry: annotation.Entry) -> str:
     )
 
 
+def span_segments_html(text: str, value: str | None, kind: str) -> str:
+    """The item text cut where a chosen span starts or ends, each piece with its code point offset (data-o)
+    and the chosen pieces marked, as KEYS_JS paints it too. A carriage return is left out (the HTML
+    parser would fold CRLF into one character), a lone one shown as a line break."""
+    try:
+        spans = parse_span_value(value, text, kind) if value else ()
+    except ValueError:  # a stored answer that no longer fits the text: show the text unmarked
+        spans = ()
+    cuts = {0, len(text)} | {s.start for s in spans} | {s.end for s in spans}
+    cuts |= {i for i, c in enumerate(text) if c == "\r"} | {i + 1 for i, c in enumerate(text) if c == "\r"}
+    at = sorted(cuts)
+    pieces = []
+    for a, b in zip(at, at[1:]):
+        piece = text[a:b]
+        if piece == "\r":
+            piece = "" if text[b : b + 1] == "\n" else "\n"
+        marked = " dj-mark" if any(s.start <= a and b <= s.end for s in spans) else ""
+        pieces.append(f"<span data-o='{a}' class='dj-seg{marked}'>{html.escape(piece)}</span>")
+    return "".join(pieces)
+
+
+def span_suggestion_line(suggestion: dict | None) -> str:
+    """What the model suggested for a span question: each span's text and confidence, or that none fits."""
+    if not suggestion:
+        return "No suggestion: select the words in the text."
+    spans = (suggestion.get("detail") or {}).get("spans") or []
+    if not spans:
+        return f"Model: nothing fits ({suggestion['confidence'] * 100:.0f}%)."
+    shown = " · ".join(f"“{s['text']}” {float(s.get('confidence', 0)) * 100:.0f}%" for s in spans)
+    return f"Model: {shown} (confidence {suggestion['confidence'] * 100:.0f}%)."
+
+
+SPAN_HELP = (
+    "Select words with the mouse, or: → / ← move the end of the span a word, Shift+→ / Shift+← its start, "
+    "N answers none, Backspace drops the last span"
+)
+
+
+def span_question_html(index: int, entry: annotation.Entry, text: str) -> str:
+    """A span question: its instructions, the item text with the chosen spans (the annotator's own, else the
+    model's) marked, the model's spans with their confidence, and the keys. The text rides along as JSON
+    (data-text) so the page can count code points exactly; everything shown is escaped."""
+    kind = entry.question.kind
+    chosen = entry.preselected
+    chosen_attr = "" if chosen is None else f" data-chosen='{html.escape(chosen)}'"
+    missing = "" if chosen is not None else "<div class='dj-missing'>No suggestion: select the answer.</div>"
+    keys = SPAN_HELP + ("; + starts another span at the next word" if kind == "spans" else "") + "."
+    focus = " dj-focus" if index == 0 else ""
+    return (
+        f"<div class='dj-iq dj-spanq{focus}' data-q='{html.escape(entry.question.id)}' data-kind='{kind}'"
+        f"{chosen_attr} data-text='{html.escape(json.dumps(text))}'>"
+        f"{annotate.instructions_html(entry.question.instructions)}{missing}"
+        f"<div class='dj-spantext'>{span_segments_html(text, chosen, kind)}</div>"
+        f"<div class='dj-spaninfo'>Answer: <span class='dj-spanchosen'>{html.escape(chosen_text(text, chosen, kind))}"
+        f"</span></div><div class='dj-spaninfo dj-spanmodel'>{html.escape(span_suggestion_line(entry.suggestion))}"
+        f"</div><div class='dj-spaninfo'><small>{html.escape(keys)}</small></div></div>"
+    )
+
+
+def chosen_text(text: str, value: str | None, kind: str) -> str:
+    """The chosen spans' words, as the page shows them beside the text."""
+    try:
+        spans = parse_span_value(value, text, kind) if value else None
+    except ValueError:
+        spans = None
+    if spans is None:
+        return ""
+    return " · ".join(f"“{s.text}”" for s in spans) if spans else "none"
+
+
 def item_view_html(card: annotation.ItemCard) -> str:
     """The item once, then every question asked of it (a question that does not apply is left out)."""
-    questions = "".join(question_html(i, entry) for i, entry in enumerate(card.asked))
+    questions = "".join(
+        span_question_html(i, entry, card.text)
+        if annotation.is_span_question(entry.question)
+        else question_html(i, entry)
+        for i, entry in enumerate(card.asked)
+    )
     return f"{annotate.item_html(card)}<div class='dj-questions'>{questions}</div>"
 
 
