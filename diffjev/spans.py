@@ -778,7 +778,14 @@ class SpanType(QuestionType):
         return []
 
     def human_value(self, q, value, text=""):
-        return span_value(parse_span_value(value, text, self.name))
+        spans = parse_span_value(value, text, self.name)
+        stored = span_value(spans)
+        if spans and stored.count(",") + 1 < len(spans):  # the answer column would cut the list: refuse, never cut
+            raise ValueError(
+                f"{q.id}: {len(spans)} spans are more than one answer holds ({stored.count(',') + 1} fit); "
+                "join neighbouring spans or split the question"
+            )
+        return stored
 
     def export_categories(self, q):
         return None

@@ -209,7 +209,7 @@ def save_schema(session: Session, project: Project, schema: Schema, actor: str) 
         project_id=project.id,
         version=(current.version + 1) if current else 1,
         schema=schema.to_dict(),
-        template_hash=stable_hash(schema.template.text),
+        template_hash=stable_hash(schema.template.text if schema.template else ""),  # span questions alone: none
         created_by=actor,
     )
     session.add(version)

@@ -81,3 +81,14 @@ def test_the_unknown_kind_message_lists_every_registered_kind():
         schema({"id": "q", "type": "rating", "instructions": "?"})
     for name in QUESTION_TYPES:
         assert name in str(err.value)
+
+
+def test_a_span_list_too_long_for_the_answer_column_is_refused_not_cut():
+    s = schema({"id": "parts", "type": "spans", "instructions": "Which parts are named?"})
+    q = s.question("parts")
+    text = "ab " * 200
+    few = ",".join(f"{3 * i}-{3 * i + 2}" for i in range(5))
+    assert q.type.human_value(q, few, text) == few
+    many = ",".join(f"{3 * i}-{3 * i + 2}" for i in range(120))
+    with pytest.raises(ValueError, match="120 spans are more than one answer holds"):
+        q.type.human_value(q, many, text)

@@ -37,7 +37,7 @@ from sqlalchemy.orm import aliased
 from diffjev import active
 from diffjev import calibration as cal
 from diffjev.schema import Question, Schema
-from diffjev.spans import parse_span_value, span_value
+from diffjev.spans import parse_span_value
 from storage import repo
 from storage.db import Database
 from storage.models import Event, Item, ItemRead, Project, Response, Run, Suggestion, utcnow
@@ -854,8 +854,12 @@ def span_answer(question: Question, value: Any, text: str) -> tuple[str, dict[st
         raise ValueError(
             f"{question.id}: {len(spans)} spans, but this question takes at most {question.max_items}; drop some"
         )
+    try:
+        stored = question.type.human_value(question, value, text)  # refuses a list the answer column would cut
+    except ValueError as exc:
+        raise ValueError(str(exc) if str(exc).startswith(f"{question.id}:") else f"{question.id}: {exc}") from None
     # a person's span has no confidence: only where it is and what it says
-    return span_value(spans), {"spans": [{"start": s.start, "end": s.end, "text": s.text} for s in spans]}
+    return stored, {"spans": [{"start": s.start, "end": s.end, "text": s.text} for s in spans]}
 
 
 def chosen_answers(card: ItemCard, choices: dict[str, Any]) -> dict[str, str]:
