@@ -41,7 +41,9 @@ def _skipped(schema: Schema, data: Any) -> dict[str, dict[str, Any]]:
     for q in schema.questions:
         if q.id in answers and answers[q.id] is None and (q.ask_if or q.depends_on):
             record = told.get(q.id) if isinstance(told, dict) else None
-            out[q.id] = record if isinstance(record, dict) else implied.get(q.id, {"because": None, "was": None, "wanted": []})
+            out[q.id] = (
+                record if isinstance(record, dict) else implied.get(q.id, {"because": None, "was": None, "wanted": []})
+            )
     return out
 
 
