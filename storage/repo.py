@@ -871,7 +871,7 @@ def next_unlabeled_item(
 ) -> int | None:
     """Without a run, the first item in id order that nobody has answered for this question."""
     answered = select(Response.id).where(
-        Response.item_id == Item.id, Response.question_id == question_id, Response.status == "submitted"
+        Response.item_id == Item.id, Response.question_id == question_id, Response.status.in_(DONE_STATUSES)
     )
     query = select(Item.id).where(Item.project_id == project_id, ~answered.exists())
     query = narrowed(query, Item.id, exclude, shares)
@@ -997,7 +997,9 @@ def release_lease(session: Session, item_id: int, question_id: int, annotator: s
 def answered_pairs(session: Session, item_ids: Sequence[int], question_ids: Sequence[int]) -> set[tuple[int, int]]:
     rows = session.execute(
         select(Response.item_id, Response.question_id).where(
-            Response.item_id.in_(item_ids), Response.question_id.in_(question_ids), Response.status == "submitted"
+            Response.item_id.in_(item_ids),
+            Response.question_id.in_(question_ids),
+            Response.status.in_(DONE_STATUSES),
         )
     )
     return {(i, q) for i, q in rows}
@@ -1008,7 +1010,7 @@ def refresh_open(session: Session, item_id: int, question_id: int) -> None:
         session.scalar(
             select(func.count())
             .select_from(Response)
-            .where(Response.item_id == item_id, Response.question_id == question_id, Response.status == "submitted")
+            .where(Response.item_id == item_id, Response.question_id == question_id, Response.status.in_(DONE_STATUSES))
         )
         or 0
     )
@@ -1030,10 +1032,14 @@ class ResponseInput:
     suggestion_id: int | None = None
     suggestion_shown: bool = False
     seconds: float | None = None
+    detail: dict[str, Any] | None = None  # e.g. why a staged question was not asked: {"skipped": {...}}
 
 
 SOURCES = ("accepted", "corrected", "manual")
-STATUSES = ("submitted", "skipped", "draft")
+# "not_asked": a staged question whose condition the annotator's earlier answer does not meet; it holds
+# no value, closes the question for the item like an answer, and keeps why in `detail`.
+STATUSES = ("submitted", "skipped", "draft", "not_asked")
+DONE_STATUSES = ("submitted", "not_asked")
 
 
 def respond(session: Session, r: ResponseInput, expected_revision: int | None = None) -> Response:
@@ -1069,6 +1075,7 @@ def respond(session: Session, r: ResponseInput, expected_revision: int | None = 
         row.revision += 1
     row.value, row.source, row.status = r.value, r.source, r.status
     row.suggestion_id, row.suggestion_shown, row.seconds = r.suggestion_id, r.suggestion_shown, r.seconds
+    row.detail = r.detail
     row.updated_at = utcnow()
     session.flush()
     log(
