@@ -1155,6 +1155,24 @@ def responses_for(
     return list(session.connection().execute(query.order_by(Response.updated_at, Response.id)))
 
 
+def not_asked_for(
+    session: Session, first_item: int, last_item: int, question_ids: Sequence[int], annotator: str | None = None
+) -> dict[tuple[int, int], dict[str, Any]]:
+    """(item_id, question_id) -> the skip record {because, was, wanted} of the latest `not_asked` response
+    to these staged questions for items in an id range."""
+    query = select(Response.item_id, Response.question_id, Response.detail).where(
+        Response.item_id.between(first_item, last_item),
+        Response.question_id.in_(question_ids),
+        Response.status == "not_asked",
+    )
+    if annotator is not None:
+        query = query.where(Response.annotator == annotator)
+    out = {}
+    for item_id, question_id, detail in session.execute(query.order_by(Response.updated_at, Response.id)):
+        out[(item_id, question_id)] = (detail or {}).get("skipped")
+    return out
+
+
 def project_stats(session: Session, project_id: int) -> dict[str, Any]:
     version = latest_version(session, project_id)
     question_ids = [m.question_id for m in version.members] if version else []

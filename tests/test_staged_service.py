@@ -118,3 +118,29 @@ def test_a_stored_not_asked_answer_is_replaced_when_the_question_applies_again(d
 def repo_schema(db):
     with db.read() as session:
         return repo.version_schema(repo.latest_version(session, 1))
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "csv"])
+def test_export_holds_the_skip_not_a_missing_label(db, tmp_path, fmt):
+    from diffjev.services.exporting import export_project
+
+    card = annotation.next_item_card(db, "p", "in_order", "ann")
+    annotation.accept_item(db, card, "ann", {"urgent": "yes", "outage": "no"}, seconds=2.0)
+    target = tmp_path / f"out.{fmt}"
+    assert export_project(db, "p", target, fmt) == 1
+    frame = {"jsonl": pd.read_json, "parquet": pd.read_parquet, "csv": pd.read_csv}[fmt](
+        target, **({"lines": True} if fmt == "jsonl" else {})
+    )
+    row = frame.iloc[0]
+    assert (row["urgent"], row["outage"]) == ("yes", "no") and pd.isna(row["calm"])
+    skipped = row["calm_skipped"]
+    if fmt == "csv":  # a nested value is JSON text in a CSV cell
+        import json
+
+        skipped = json.loads(skipped)
+    assert {k: list(v) if k == "wanted" else v for k, v in dict(skipped).items()} == {
+        "because": "urgent",
+        "was": "yes",
+        "wanted": ["no"],
+    }
+    assert pd.isna(row["outage_skipped"]) and "urgent_skipped" not in frame.columns

@@ -45,8 +45,17 @@ def csv_escape_setting() -> bool:
     return os.environ.get("DIFFJEV_CSV_ESCAPE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def columns_and_schema(question_keys: list[str], names: dict[str, list[str]]) -> tuple[list[str], Any]:
-    """The export's column names and Arrow schema."""
+def _skip_type() -> Any:
+    import pyarrow as pa
+
+    return pa.struct([("because", pa.string()), ("was", pa.string()), ("wanted", pa.list_(pa.string()))])
+
+
+def columns_and_schema(
+    question_keys: list[str], names: dict[str, list[str]], staged: frozenset[str] = frozenset()
+) -> tuple[list[str], Any]:
+    """The export's column names and Arrow schema. A staged question (one with `ask_if`) also has
+    `<q>_skipped`: why it was not asked of the item, where it was not (its label is then empty)."""
     import pyarrow as pa
 
     answer_type = _answer_type()
@@ -73,6 +82,8 @@ def columns_and_schema(question_keys: list[str], names: dict[str, list[str]]) ->
             (f"{q}_comment", pa.string()),
             (f"{q}_answers", pa.list_(answer_type)),
         ]
+        if q in staged:
+            fields.append((f"{q}_skipped", _skip_type()))
     schema = pa.schema(fields)
     return schema.names, schema
 
@@ -107,11 +118,14 @@ def export_project(
         runs = {r.id: (r.engine, r.model) for r in repo.list_runs(session, project.id)}
         project_id = project.id
     keys = [q.id for q in schema.questions]
-    _, arrow_schema = columns_and_schema(keys, {q.id: list(q.names) for q in schema.questions})
+    staged = frozenset(q.id for q in schema.questions if q.ask_if)
+    _, arrow_schema = columns_and_schema(keys, {q.id: list(q.names) for q in schema.questions}, staged)
     # JSONL keeps the context fields as an object; the tabular formats hold them as JSON text.
     batches = _column_batches(
         db, project_id, question_rows, keys, (run_id, runs), annotator, reviewed_only, fields_as_text=fmt != "jsonl"
     )
+    if staged:
+        batches = _with_skips(db, question_rows, staged, annotator, batches)
     escape = csv_escape_setting() if csv_escape is None else csv_escape
     count = write_export(batches, target, fmt, arrow_schema, on_batch=progress, csv_escape=escape)
     if push_to_hub:
@@ -200,6 +214,27 @@ def _column_batches(
             batch[f"{k}_answers"] = [
                 [{"annotator": who, "value": value, "source": source} for value, who, source in g] if g else []
                 for g in latest
+            ]
+        yield batch
+
+
+def _with_skips(
+    db: Database,
+    question_rows: dict[str, int],
+    staged: frozenset[str],
+    annotator: str | None,
+    batches: Iterator[dict[str, list]],
+) -> Iterator[dict[str, list]]:
+    """Each batch with `<q>_skipped` for the staged questions: the record of the latest `not_asked`
+    response of an item that has no answer to `q` (a skip, not a missing label)."""
+    for batch in batches:
+        ids = batch["item_id"]
+        with db.read() as session:
+            records = repo.not_asked_for(session, ids[0], ids[-1], [question_rows[q] for q in staged], annotator)
+        for q in sorted(staged, key=list(question_rows).index):
+            row = question_rows[q]
+            batch[f"{q}_skipped"] = [
+                records.get((item_id, row)) if value is None else None for item_id, value in zip(ids, batch[q])
             ]
         yield batch
 
