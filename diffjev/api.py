@@ -54,6 +54,21 @@ class StructuredDecisionRequest(BaseModel):
         )
 
 
+class StagedJevQuestion(JevQuestion):
+    """A question as djev's API takes it: vLLM's fields, and the staging extensions."""
+
+    depends_on: list[str] | None = None
+    ask_if: dict[str, str | list[str]] | None = None
+    alone: bool | None = None
+
+
+class StagedDecisionRequest(StructuredDecisionRequest):
+    """The studio's request: vLLM's, with questions that may wait for others (`depends_on`, `ask_if`) or
+    read alone. vLLM's own endpoint refuses those fields; the stand-in server keeps vLLM's request."""
+
+    questions: dict[str, StagedJevQuestion]
+
+
 def password_matches(allowed: PasswordBook, username: str, password: str) -> bool:
     """The one password check of the studio's login and the Jev API: a plain password in constant time,
     or a scrypt hash (see diffjev.passwords)."""
@@ -107,7 +122,7 @@ def jev_router(
     router = APIRouter(dependencies=login + ([membership(login[0], may_read)] if login and may_read else []))
 
     @router.post("/v1/systemone")
-    def systemone(request: StructuredDecisionRequest) -> dict[str, Any]:
+    def systemone(request: StagedDecisionRequest) -> dict[str, Any]:
         if request.images or request.audio or request.videos:
             raise HTTPException(422, [{"loc": ["body", "images"], "msg": "this server reads text states only"}])
         try:
@@ -133,7 +148,16 @@ def jev_router(
                 "input_tokens": len(decision.diagnostics.get("prompt_ids") or []),
                 "output_tokens": decision.diagnostics.get("width") or 0,
             },
-            "diagnostics": decision.jev_diagnostics(),
+            "diagnostics": jev_diagnostics(decision),
         }
 
     return router
+
+
+def jev_diagnostics(decision: Any) -> dict[str, Any]:
+    """Per question, label mass and whether the top token was a label; and `skipped`, when a staged
+    question was not read, with why (`because`, `was`, `wanted`)."""
+    diagnostics: dict[str, Any] = decision.jev_diagnostics()
+    if decision.diagnostics.get("skipped"):
+        diagnostics["skipped"] = decision.diagnostics["skipped"]
+    return diagnostics

@@ -96,8 +96,14 @@ class Decision:
     diagnostics: dict[str, Any] = field(default_factory=dict)
 
     def to_jev(self) -> dict[str, dict[str, Any]]:
-        """The answers in vLLM's `/v1/systemone` shapes, keyed by question id."""
-        return {qid: a.to_jev(self.schema.question(qid)) for qid, a in self.answers.items()}
+        """The answers in vLLM's `/v1/systemone` shapes, keyed by question id, in schema order; a staged
+        question that was not read (its `ask_if` not met) is `null`, as the Jev API has it."""
+        skipped = self.diagnostics.get("skipped") or {}
+        return {
+            q.id: None if q.id in skipped else self.answers[q.id].to_jev(q)
+            for q in self.schema.questions
+            if q.id in skipped or q.id in self.answers
+        }
 
     def jev_diagnostics(self) -> dict[str, dict[str, Any]]:
         return {

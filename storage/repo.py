@@ -894,7 +894,7 @@ def next_unlabeled_item(
 ) -> int | None:
     """Without a run, the first item in id order that nobody has answered for this question."""
     answered = select(Response.id).where(
-        Response.item_id == Item.id, Response.question_id == question_id, Response.status == "submitted"
+        Response.item_id == Item.id, Response.question_id == question_id, Response.status.in_(DONE_STATUSES)
     )
     query = select(Item.id).where(Item.project_id == project_id, ~answered.exists())
     query = narrowed(query, Item.id, exclude, shares)
@@ -1020,7 +1020,9 @@ def release_lease(session: Session, item_id: int, question_id: int, annotator: s
 def answered_pairs(session: Session, item_ids: Sequence[int], question_ids: Sequence[int]) -> set[tuple[int, int]]:
     rows = session.execute(
         select(Response.item_id, Response.question_id).where(
-            Response.item_id.in_(item_ids), Response.question_id.in_(question_ids), Response.status == "submitted"
+            Response.item_id.in_(item_ids),
+            Response.question_id.in_(question_ids),
+            Response.status.in_(DONE_STATUSES),
         )
     )
     return {(i, q) for i, q in rows}
@@ -1031,7 +1033,7 @@ def refresh_open(session: Session, item_id: int, question_id: int) -> None:
         session.scalar(
             select(func.count())
             .select_from(Response)
-            .where(Response.item_id == item_id, Response.question_id == question_id, Response.status == "submitted")
+            .where(Response.item_id == item_id, Response.question_id == question_id, Response.status.in_(DONE_STATUSES))
         )
         or 0
     )
@@ -1053,11 +1055,14 @@ class ResponseInput:
     suggestion_id: int | None = None
     suggestion_shown: bool = False
     seconds: float | None = None
-    detail: dict[str, Any] | None = None  # a span answer's spans: {"spans": [{start, end, text}]}
+    detail: dict[str, Any] | None = None  # a span answer's spans, or why a staged question was not asked
 
 
 SOURCES = ("accepted", "corrected", "manual")
-STATUSES = ("submitted", "skipped", "draft")
+# "not_asked": a staged question whose condition the annotator's earlier answer does not meet; it holds
+# no value, closes the question for the item like an answer, and keeps why in `detail`.
+STATUSES = ("submitted", "skipped", "draft", "not_asked")
+DONE_STATUSES = ("submitted", "not_asked")
 
 
 def respond(session: Session, r: ResponseInput, expected_revision: int | None = None) -> Response:
@@ -1171,6 +1176,24 @@ def responses_for(
     if annotator is not None:
         query = query.where(Response.annotator == annotator)
     return list(session.connection().execute(query.order_by(Response.updated_at, Response.id)))
+
+
+def not_asked_for(
+    session: Session, first_item: int, last_item: int, question_ids: Sequence[int], annotator: str | None = None
+) -> dict[tuple[int, int], dict[str, Any]]:
+    """(item_id, question_id) -> the skip record {because, was, wanted} of the latest `not_asked` response
+    to these staged questions for items in an id range."""
+    query = select(Response.item_id, Response.question_id, Response.detail).where(
+        Response.item_id.between(first_item, last_item),
+        Response.question_id.in_(question_ids),
+        Response.status == "not_asked",
+    )
+    if annotator is not None:
+        query = query.where(Response.annotator == annotator)
+    out = {}
+    for item_id, question_id, detail in session.execute(query.order_by(Response.updated_at, Response.id)):
+        out[(item_id, question_id)] = (detail or {}).get("skipped")
+    return out
 
 
 def project_stats(session: Session, project_id: int) -> dict[str, Any]:

@@ -16,12 +16,14 @@ from itertools import islice
 from typing import Any, Iterable, Iterator, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
-from diffjev.canvas import Canvas, CanvasBuilder, draw_seed, fill_noise, render_state
-from diffjev.decide import Decision, SlotRead, decide, needs_more_draws
+from diffjev.canvas import Canvas, CanvasBuilder, Layout, draw_seed, fill_noise, render_state
+from diffjev.decide import Answer, Decision, SlotRead, aggregate, decide, needs_more_draws, slot_distribution
 from diffjev.schema import Schema
 from diffjev.spans import SpanAnswer, SpanCanvasBuilder, question_seed, read_span_answer
+from diffjev.staging import is_staged, read_groups, skip_record
 
 DEFAULT_SEED = 42
+GROUP_SEED_STRIDE = 104729  # read group k of a staged read uses seed + 104729·k, as djev does
 
 
 def growing_chunks(limit: int) -> Iterator[int]:
@@ -122,6 +124,12 @@ class CanvasEngine(Engine):
         """Model forward passes one canvas read costs: one for a joint read."""
         return 1
 
+    def passes_per_read(self, schema: Schema) -> int:
+        """Model passes one draw of an item costs when every question applies: one canvas per read group
+        of a staged schema (see diffjev.staging), one canvas otherwise."""
+        groups = sum(len(stage) for stage in read_groups(schema.questions)) if is_staged(schema.questions) else 1
+        return groups * self.passes_per_canvas(schema)
+
     def check_schema(self, schema: Schema) -> None:
         self.builder.check(schema)  # a template that does not fit fails before any read is sent
         if schema.slot_part() is not schema and not self.reads_spans:
@@ -143,14 +151,25 @@ class CanvasEngine(Engine):
             builder = self._span_builder = SpanCanvasBuilder(self.builder)
         return builder
 
-    def read_spans(self, schema: Schema, state: Any, seed: int = DEFAULT_SEED) -> dict[str, SpanAnswer]:
-        """Every span question of `schema` read over the item's text (its state as the model reads it)."""
+    def read_spans(
+        self, schema: Schema, state: Any, seed: int = DEFAULT_SEED, earlier: dict[str, Any] | None = None
+    ) -> tuple[dict[str, SpanAnswer], dict[str, dict[str, Any]]]:
+        """Every span question of `schema` read over the item's text (its state as the model reads it), and
+        the skip record of each one whose `ask_if` the `earlier` answers (the label read's) do not meet: a
+        question that does not apply is not read. No question depends on a span question (the schema
+        refuses it), so the label answers are all a span question can wait for."""
         text = render_state(state)
-        out = {}
+        given = {qid: a.answer for qid, a in (earlier or {}).items()}
+        out, skipped = {}, {}
         for index, q in enumerate(schema.questions):
-            if q.type.reads == "span":
-                out[q.id] = read_span_answer(q, text, question_seed(seed, index), self.span_builder, self.read_blanks)
-        return out
+            if q.type.reads != "span":
+                continue
+            record = skip_record(q, given)
+            if record is not None:
+                skipped[q.id] = record
+                continue
+            out[q.id] = read_span_answer(q, text, question_seed(seed, index), self.span_builder, self.read_blanks)
+        return out, skipped
 
     @property
     def draws_vary(self) -> bool:
@@ -186,10 +205,12 @@ class CanvasEngine(Engine):
         )
         out = []
         for decision, state in zip(decisions, states):
-            spans = self.read_spans(schema, state, seed)
+            diagnostics = dict(decision.diagnostics)
+            spans, skipped = self.read_spans(schema, state, seed, decision.answers)
+            if skipped:  # a span question asked only under an earlier answer that the read did not give
+                diagnostics["skipped"] = {**diagnostics.get("skipped", {}), **skipped}
             answers = {**decision.answers, **spans}
             ordered = {q.id: answers[q.id] for q in schema.questions if q.id in answers}
-            diagnostics = dict(decision.diagnostics)
             diagnostics["spans"] = {qid: a.diagnostics for qid, a in spans.items()}
             reads = sum(sum(a.diagnostics.get("window_reads", [a.reads])) for a in spans.values())
             diagnostics["model_passes"] = diagnostics.get("model_passes", 0) + reads * self.span_builder.steps
@@ -197,6 +218,8 @@ class CanvasEngine(Engine):
         return out
 
     def _decide_labels(self, schema: Schema, states: Sequence[Any], seed: int) -> list[Decision]:
+        if is_staged(schema.questions):
+            return self._decide_staged_chunk(schema, states, seed)
         started = time.perf_counter()
         layout = self.builder.layout(schema)
         repeatable = self.draws_vary
@@ -243,3 +266,146 @@ class CanvasEngine(Engine):
         flat = [c for g in groups for c in g]
         got = iter(self.read(flat) if flat else [])
         return [[next(got) for _ in g] for g in groups]
+
+    def _decide_staged_chunk(self, schema: Schema, states: Sequence[Any], seed: int) -> list[Decision]:
+        """A staged read: stage by stage, each read group on its own canvas. Every prompt lists all the
+        questions and every canvas holds the whole template; earlier stages' answers sit in their slots
+        as their label tokens (prefilled, and pinned when a read takes several steps), the group's slots
+        hold noise. A question whose `ask_if` is not met by the answers so far is not read: it is absent
+        from the Decision's answers and listed in `diagnostics["skipped"]`."""
+        started = time.perf_counter()
+        layout = self.builder.layout(schema)
+        base = [self.builder.build(schema, state, draw_seed(seed, 0)) for state in states]
+        answers: list[dict[str, Answer]] = [{} for _ in states]
+        skipped: list[dict[str, dict[str, Any]]] = [{} for _ in states]
+        reads_log: list[list[dict[str, Any]]] = [[] for _ in states]
+        group_number = 0
+        for stage in read_groups(schema.questions):
+            # A stage's reads see only earlier stages' answers: an alone question is not pulled by the
+            # answers its own stage's joint read gives.
+            before = [dict(a) for a in answers]
+            for group in stage:
+                group_seed = seed + GROUP_SEED_STRIDE * group_number
+                group_number += 1
+                asked: dict[tuple[str, ...], list[int]] = {}  # the group's applicable questions -> items
+                for i in range(len(states)):
+                    known = {qid: a.answer for qid, a in before[i].items()}
+                    wanted = []
+                    for qid in group:
+                        record = skip_record(schema.question(qid), known)
+                        if record is None:
+                            wanted.append(qid)
+                        else:
+                            skipped[i][qid] = record
+                    if wanted:
+                        asked.setdefault(tuple(wanted), []).append(i)
+                for qids, items in asked.items():
+                    # One read() per set of slots: canvases of a batch carry the same number of slots.
+                    got = self._read_group(
+                        schema, layout, qids, [base[i] for i in items], [before[i] for i in items], group_seed
+                    )
+                    for i, (group_answers, log) in zip(items, got):
+                        answers[i].update(group_answers)
+                        reads_log[i].append(log)
+        finished = time.perf_counter()
+        order = [q.id for q in schema.questions]
+        decisions = []
+        for i, canvas in enumerate(base):
+            log = reads_log[i]
+            diagnostics = {
+                "engine": self.name,
+                "model": self.model_name,
+                "prompt_ids": list(canvas.prompt_ids),
+                "canvas_ids": list(log[0]["canvas_ids"]) if log else list(canvas.ids),
+                "slots": dict(layout.slots),
+                "label_ids": {q: list(ids) for q, ids in layout.label_ids.items()},
+                "width": canvas.width,
+                "seeds": [s for entry in log for s in entry["seeds"]],
+                "draws": max((len(entry["seeds"]) for entry in log), default=0),
+                "model_passes": sum(len(entry["seeds"]) for entry in log) * self.passes_per_canvas(schema),
+                "sampling": dataclasses.asdict(schema.sampling),
+                "conditioning": "prefill",
+                "stages": [{"questions": list(entry["questions"]), "prefilled": entry["prefilled"]} for entry in log],
+                "skipped": {qid: skipped[i][qid] for qid in order if qid in skipped[i]},
+                "timing": {"build_s": 0.0, "read_s": finished - started, "batch_items": len(states)},
+            }
+            if canvas.truncated:
+                diagnostics["truncated"] = canvas.truncated
+            ordered = {qid: answers[i][qid] for qid in order if qid in answers[i]}
+            decisions.append(Decision(ordered, schema, diagnostics))
+        return decisions
+
+    def _read_group(
+        self,
+        schema: Schema,
+        layout: Layout,
+        qids: tuple[str, ...],
+        canvases: Sequence[Canvas],
+        earlier: Sequence[dict[str, Answer]],
+        seed: int,
+    ) -> list[tuple[dict[str, Answer], dict[str, Any]]]:
+        """Read questions `qids` of each item (its base canvas and its answers so far), with the sampling
+        policy: the first draws, then, under "auto", more where a slot of the group was unsure."""
+        repeatable = self.draws_vary
+        first = schema.sampling.first_draws if repeatable else 1
+        draws = [
+            [self._group_canvas(schema, layout, qids, c, a, draw_seed(seed, k)) for k in range(first)]
+            for c, a in zip(canvases, earlier)
+        ]
+        reads = self._read_grouped(draws)
+        extra = [_more_draws(schema, qids, r[0], layout) if repeatable else 0 for r in reads]
+        if any(extra):
+            more = [
+                [self._group_canvas(schema, layout, qids, c, a, draw_seed(seed, k)) for k in range(first, first + n)]
+                for c, a, n in zip(canvases, earlier, extra)
+            ]
+            for r, got in zip(reads, self._read_grouped(more)):
+                r.extend(got)
+            draws = [d + m for d, m in zip(draws, more)]
+        out = []
+        for group_draws, item_reads, earlier_answers in zip(draws, reads, earlier):
+            group_answers = {}
+            for qid in qids:
+                q = schema.question(qid)
+                dists = [slot_distribution(q, layout.label_ids[qid], read[qid]) for read in item_reads]
+                group_answers[qid] = aggregate(q, dists)
+            log = {
+                "questions": qids,
+                "prefilled": [qid for qid in earlier_answers if qid in layout.slots],
+                "canvas_ids": group_draws[0].ids,
+                "seeds": [c.seed for c in group_draws],
+            }
+            out.append((group_answers, log))
+        return out
+
+    def _group_canvas(
+        self,
+        schema: Schema,
+        layout: Layout,
+        qids: tuple[str, ...],
+        canvas: Canvas,
+        earlier: dict[str, Answer],
+        seed: int,
+    ) -> Canvas:
+        """The item's canvas for one read group: noise in every unanswered slot, each earlier answer's
+        label token in its slot, and only the group's slots read (every other position is pinned)."""
+        ids = list(fill_noise(layout, self.builder.format, seed))
+        for qid, answer in earlier.items():
+            if qid in layout.slots:
+                ids[layout.slots[qid]] = layout.label_ids[qid][schema.question(qid).names.index(answer.answer)]
+        return dataclasses.replace(
+            canvas,
+            ids=tuple(ids),
+            slots={qid: layout.slots[qid] for qid in qids},
+            label_ids={qid: layout.label_ids[qid] for qid in qids},
+            seed=seed,
+        )
+
+
+def _more_draws(schema: Schema, qids: Sequence[str], first: dict[str, SlotRead], layout: Layout) -> int:
+    """The "auto" policy over one read group: more draws when any of its slots is unsure."""
+    policy = schema.sampling
+    if policy.samples != "auto" or policy.auto_max <= 1:
+        return 0
+    worst = max(slot_distribution(schema.question(q), layout.label_ids[q], first[q]).entropy for q in qids)
+    return policy.auto_max - 1 if worst > policy.auto_threshold else 0

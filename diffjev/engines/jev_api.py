@@ -16,6 +16,7 @@ from diffjev.engines.base import DEFAULT_SEED, Engine, EngineError, server_url, 
 from diffjev.jev import check_upstream_limits
 from diffjev.schema import Question, Schema, SchemaError
 from diffjev.spans import SpanAnswer, span_answer_from_jev
+from diffjev.staging import skips
 
 
 def _distribution(question: Question, shape: dict[str, Any], diagnostics: dict[str, Any]) -> SlotDistribution:
@@ -27,6 +28,38 @@ def _distribution(question: Question, shape: dict[str, Any], diagnostics: dict[s
     return SlotDistribution(
         tuple(p / total for p in probs), float(diagnostics.get("label_mass", 1.0)), diagnostics.get("argmax_is_label")
     )
+
+
+def _skipped(schema: Schema, data: Any) -> dict[str, dict[str, Any]]:
+    """The staged questions the server answered `null`, each with its skip record: the server's own
+    (`diagnostics.skipped`), or, from a server that gives none, the one the answers it did give imply."""
+    answers = data.get("answers") if isinstance(data, dict) else None
+    if not isinstance(answers, dict):
+        return {}
+    told = (data.get("diagnostics") or {}).get("skipped") if isinstance(data.get("diagnostics"), dict) else None
+    implied = skips(schema.questions, {qid: _answer_name(a) for qid, a in answers.items()})
+    out = {}
+    for q in schema.questions:
+        if q.id in answers and answers[q.id] is None and (q.ask_if or q.depends_on):
+            record = told.get(q.id) if isinstance(told, dict) else None
+            out[q.id] = (
+                record if isinstance(record, dict) else implied.get(q.id, {"because": None, "was": None, "wanted": []})
+            )
+    return out
+
+
+def _answer_name(shape: Any) -> str | None:
+    """The answer name a Jev answer shape stands for (yes/no by P(yes), the option, the top level)."""
+    if not isinstance(shape, dict):
+        return None
+    if shape.get("type") == "noul" and isinstance(shape.get("noul"), (int, float)):
+        return "yes" if shape["noul"] >= 0.5 else "no"
+    if shape.get("type") == "choice":
+        return shape.get("choice")
+    probabilities, legend = shape.get("probabilities"), shape.get("legend")
+    if shape.get("type") == "score" and isinstance(probabilities, dict) and isinstance(legend, dict) and probabilities:
+        return legend.get(max(probabilities, key=probabilities.get))
+    return None
 
 
 class JevAPIEngine(Engine):
@@ -85,7 +118,10 @@ class JevAPIEngine(Engine):
         started = time.perf_counter()
         data = post_json(self._clients.get(), where, self.request_body(schema, state), "Jev API")
         answers = {}
+        skipped = _skipped(schema, data)
         for q in schema.questions:
+            if q.id in skipped:  # a staged question the server did not read: no answer, only why
+                continue
             if q.type.reads == "span":
                 answers[q.id] = self._span_answer(q, data, state)
                 continue
@@ -109,6 +145,7 @@ class JevAPIEngine(Engine):
             "model_passes": len(schema.questions),  # the server reads one canvas per question
             "sampling": "one read per question (the Jev API takes no sampling policy)",
             "usage": data.get("usage"),
+            **({"skipped": skipped} if skipped else {}),
             "timing": {"read_s": time.perf_counter() - started},
         }
         return Decision(answers, schema, diagnostics)

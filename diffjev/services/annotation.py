@@ -25,6 +25,7 @@ suggestions already there. An empty queue has a reason a person can act on: `emp
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from diffjev import active
 from diffjev import calibration as cal
 from diffjev.schema import Question, Schema
 from diffjev.spans import parse_span_value
+from diffjev.staging import skip_record, skips
 from storage import repo
 from storage.db import Database
 from storage.models import Event, Item, ItemRead, Project, Response, Run, Suggestion, utcnow
@@ -618,6 +620,8 @@ class Entry:
     revision: int | None  # this annotator's stored answer's revision, for the stale-write guard
     current: str | None  # this annotator's submitted answer, if any
     skipped: bool  # this annotator skipped the question for this item and has not answered it since
+    given: bool = True  # the project's assignments give this question to this annotator
+    not_asked: dict[str, Any] | None = None  # why a staged question's condition is not met: {because, was, wanted}
 
     @property
     def preselected(self) -> str | None:
@@ -752,9 +756,27 @@ def _lease_item(session, item_id: int, question_rows: list[int], annotator: str,
 
 
 def question_applies(question: Question, answers: dict[str, str | None]) -> bool:
-    """Whether a question is asked of an item given the answers chosen so far. Every question is asked
-    today; a staged question (asked only when an earlier answer is X) decides here."""
-    return True
+    """Whether a question is asked of an item given the answers chosen so far: a staged question is asked
+    only when each earlier answer its `ask_if` names is one it wants."""
+    return skip_record(question, answers) is None
+
+
+def card_with_choices(card: ItemCard, choices: dict[str, Any]) -> ItemCard:
+    """The card as it stands with `choices` (question id -> answer) over what it preselected: a staged
+    question whose condition the chosen answers no longer meet is dropped (and says why), one they now
+    meet is asked. Questions are settled stage by stage, so a question dropped counts as unanswered."""
+    chosen = {e.question.id: choices.get(e.question.id, e.preselected) for e in card.entries}
+    not_asked = skips([e.question for e in card.entries], chosen)
+    settled = {qid: None if qid in not_asked else value for qid, value in chosen.items()}
+    entries = tuple(
+        dataclasses.replace(
+            e,
+            applies=e.given and e.question.id not in not_asked and question_applies(e.question, settled),
+            not_asked=not_asked.get(e.question.id),
+        )
+        for e in card.entries
+    )
+    return dataclasses.replace(card, entries=entries)
 
 
 def load_item_card(
@@ -793,7 +815,6 @@ def load_item_card(
             )
         }
         entries = []
-        chosen: dict[str, str | None] = {}
         for question in schema.questions:
             row = rows[question.id]
             s, r = suggestions.get(row), mine.get(row)
@@ -801,15 +822,15 @@ def load_item_card(
             entry = Entry(
                 question,
                 row,
-                (given is None or row in given) and question_applies(question, chosen),
+                given is None or row in given,
                 suggestion,
                 r.revision if r else None,
                 r.value if r is not None and r.status == "submitted" else None,
                 r is not None and r.status == "skipped",
+                given=given is None or row in given,
             )
-            chosen[question.id] = entry.preselected
             entries.append(entry)
-        return ItemCard(
+        card = ItemCard(
             project_id,
             item.id,
             item.external_id,
@@ -817,6 +838,7 @@ def load_item_card(
             {name: value for name, value in item.fields.items() if name not in hidden},
             tuple(entries),
         )
+        return card_with_choices(card, {})  # staged questions: asked as the preselected answers have it
 
 
 def _suggestion_view(session, s: Suggestion, row: int, question: Question) -> dict[str, Any]:
@@ -889,10 +911,11 @@ def accept_item(db: Database, card: ItemCard, annotator: str, choices: dict[str,
     """Store every asked question's answer to the item in one transaction, release the item's leases and
     log one `item.answered` event naming the answers (what undo takes back). The seconds spent on the
     item are shared evenly between its answers, so sums of time per annotator stay right. Returns that
-    event's id."""
+    event's id. A staged question the chosen answers do not ask gets a `not_asked` response saying why."""
+    card = card_with_choices(card, choices)
     answers = chosen_answers(card, choices)
     share = None if seconds is None else seconds / max(1, len(answers))
-    stored = []
+    stored = [(_not_asked_input(card, entry, annotator), entry.revision) for entry in card.entries if _dropped(entry)]
     for entry in card.asked:
         value, shown = answers[entry.question.id], entry.suggestion is not None
         detail = span_answer(entry.question, value, card.text)[1] if is_span_question(entry.question) else None
@@ -918,6 +941,17 @@ def accept_item(db: Database, card: ItemCard, annotator: str, choices: dict[str,
             )
         )
     return _store_item(db, card, annotator, stored, "submitted", seconds)
+
+
+def _dropped(entry: Entry) -> bool:
+    """A question given to the annotator that the item's answers do not ask (its condition is not met)."""
+    return entry.given and entry.not_asked is not None
+
+
+def _not_asked_input(card: ItemCard, entry: Entry, annotator: str) -> repo.ResponseInput:
+    return repo.ResponseInput(
+        card.item_id, entry.row, annotator, None, "manual", "not_asked", detail={"skipped": entry.not_asked}
+    )
 
 
 def skip_item(db: Database, card: ItemCard, annotator: str, seconds: float | None) -> int:

@@ -52,12 +52,25 @@ def _span_type() -> Any:
     return pa.list_(pa.struct([("start", pa.int64()), ("end", pa.int64()), ("text", pa.string())]))
 
 
+def _skip_type() -> Any:
+    import pyarrow as pa
+
+    return pa.struct([("because", pa.string()), ("was", pa.string()), ("wanted", pa.list_(pa.string()))])
+
+
 def columns_and_schema(
-    question_keys: list[str], names: dict[str, list[str]], span_keys: frozenset[str] = frozenset()
+    question_keys: list[str],
+    names: dict[str, list[str]],
+    span_keys: frozenset[str] = frozenset(),
+    staged: frozenset[str] = frozenset(),
 ) -> tuple[list[str], Any]:
-    """The export's column names and Arrow schema. A span question (in `span_keys`) has no distribution over
-    answer names; it has `q_spans` and `q_model_spans` instead: its label's and the model's spans, each
-    `{start, end, text}` (code point offsets into `text`, end exclusive, as Label Studio and spaCy count)."""
+    """The export's column names and Arrow schema.
+
+    A span question (in `span_keys`) has no distribution over answer names; it has `q_spans` and
+    `q_model_spans` instead: its label's and the model's spans, each `{start, end, text}` (code point
+    offsets into `text`, end exclusive, as Label Studio and spaCy count). A staged question (one with
+    `ask_if`) also has `<q>_skipped`: why it was not asked of the item, where it was not (its label is
+    then empty)."""
     import pyarrow as pa
 
     answer_type = _answer_type()
@@ -87,6 +100,8 @@ def columns_and_schema(
             (f"{q}_comment", pa.string()),
             (f"{q}_answers", pa.list_(answer_type)),
         ]
+        if q in staged:
+            fields.append((f"{q}_skipped", _skip_type()))
     schema = pa.schema(fields)
     return schema.names, schema
 
@@ -122,13 +137,18 @@ def export_project(
         project_id = project.id
     keys = [q.id for q in schema.questions]
     span_kinds = {q.id: q.kind for q in schema.questions if q.type.reads == "span"}
-    _, arrow_schema = columns_and_schema(keys, {q.id: list(q.names) for q in schema.questions}, frozenset(span_kinds))
+    staged = frozenset(q.id for q in schema.questions if q.ask_if)
+    _, arrow_schema = columns_and_schema(
+        keys, {q.id: list(q.names) for q in schema.questions}, frozenset(span_kinds), staged
+    )
     # JSONL keeps the context fields as an object; the tabular formats hold them as JSON text.
     batches = _column_batches(
         db, project_id, question_rows, keys, (run_id, runs), annotator, reviewed_only, fields_as_text=fmt != "jsonl"
     )
     if span_kinds:
         batches = _with_spans(batches, span_kinds)
+    if staged:
+        batches = _with_skips(db, question_rows, staged, annotator, batches)
     escape = csv_escape_setting() if csv_escape is None else csv_escape
     count = write_export(batches, target, fmt, arrow_schema, on_batch=progress, csv_escape=escape)
     if push_to_hub:
@@ -243,6 +263,27 @@ def _spans(value: str | None, text: str, kind: str) -> list[dict[str, Any]] | No
     except ValueError:
         return None
     return [{"start": s.start, "end": s.end, "text": s.text} for s in spans]
+
+
+def _with_skips(
+    db: Database,
+    question_rows: dict[str, int],
+    staged: frozenset[str],
+    annotator: str | None,
+    batches: Iterator[dict[str, list]],
+) -> Iterator[dict[str, list]]:
+    """Each batch with `<q>_skipped` for the staged questions: the record of the latest `not_asked`
+    response of an item that has no answer to `q` (a skip, not a missing label)."""
+    for batch in batches:
+        ids = batch["item_id"]
+        with db.read() as session:
+            records = repo.not_asked_for(session, ids[0], ids[-1], [question_rows[q] for q in staged], annotator)
+        for q in sorted(staged, key=list(question_rows).index):
+            row = question_rows[q]
+            batch[f"{q}_skipped"] = [
+                records.get((item_id, row)) if value is None else None for item_id, value in zip(ids, batch[q])
+            ]
+        yield batch
 
 
 def _push(target: str | os.PathLike, repo_id: str, token: str) -> None:

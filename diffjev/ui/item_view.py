@@ -40,6 +40,7 @@ CSS = """
 .dj-hidden { display: none !important; }
 .dj-iq { border: 1px solid #e5e7eb; border-radius: 6px; padding: 6px 10px; margin-bottom: 8px; }
 .dj-iq.dj-focus { border-color: #2563eb; box-shadow: 0 0 0 2px #bfdbfe; }
+.dj-iq.dj-off { display: none; }
 .dj-iq .dj-missing { color: #b91c1c; font-size: .85em; }
 .dj-opt { display: grid; grid-template-columns: 2em 12em 1fr 3.5em; align-items: center; gap: 6px;
   cursor: pointer; padding: 2px 4px; border-radius: 4px; }
@@ -58,7 +59,27 @@ KEYS_JS = """
 <script>
 (() => {
   const view = () => { const v = document.getElementById("itemview"); return v && v.offsetParent !== null ? v : null; };
-  const questions = (v) => Array.from(v.querySelectorAll(".dj-iq"));
+  const questions = (v) => Array.from(v.querySelectorAll(".dj-iq:not(.dj-off)"));
+  // A staged question (data-ask-if) is shown only while the answers chosen above it meet its condition; a
+  // question hidden counts as unanswered, so the check repeats until nothing changes (chains settle).
+  const settle = (v) => {
+    const all = Array.from(v.querySelectorAll(".dj-iq"));
+    for (let round = 0; round <= all.length; round++) {
+      const value = {};
+      all.forEach((q) => { value[q.dataset.q] = q.classList.contains("dj-off") ? null : (q.dataset.chosen ?? null); });
+      let changed = false;
+      all.forEach((q) => {
+        if (!q.dataset.askIf) return;
+        const on = Object.entries(JSON.parse(q.dataset.askIf)).every(([id, wanted]) => wanted.includes(value[id]));
+        if (on === q.classList.contains("dj-off")) { q.classList.toggle("dj-off", !on); changed = true; }
+      });
+      if (!changed) break;
+    }
+    if (!questions(v).some((q) => q.classList.contains("dj-focus"))) {
+      all.forEach((q) => q.classList.remove("dj-focus"));
+      const first = questions(v)[0]; if (first) first.classList.add("dj-focus");
+    }
+  };
   const focusAt = (v, i) => {
     const qs = questions(v); if (!qs.length) return;
     const k = (i + qs.length) % qs.length;
@@ -70,6 +91,7 @@ KEYS_JS = """
     q.dataset.chosen = opt.dataset.v;
     q.querySelectorAll(".dj-opt").forEach((o) => o.classList.toggle("dj-chosen", o === opt));
     const missing = q.querySelector(".dj-missing"); if (missing) missing.remove();
+    const v = view(); if (v) settle(v);
   };
   const send = (v, button) => {
     const choices = {};
@@ -254,11 +276,22 @@ def question_html(index: int, entry: annotation.Entry) -> str:
     guess = annotate.low_mass_notice(entry.suggestion.get("label_mass")) if entry.suggestion else ""
     if guess:  # the model put almost nothing on these answers: its bars are a guess
         missing += f"<div class='dj-missing'>{html.escape(guess.strip())}</div>"
-    focus = " dj-focus" if index == 0 else ""
+    focus = " dj-focus" if index == 0 and entry.applies else ""
+    off, staged = staged_attributes(entry)
     return (
-        f"<div class='dj-iq{focus}' data-q='{html.escape(entry.question.id)}'{chosen_attr}>"
+        f"<div class='dj-iq{focus}{off}' data-q='{html.escape(entry.question.id)}'{chosen_attr}{staged}>"
         f"{annotate.instructions_html(entry.question.instructions)}{missing}{''.join(rows)}</div>"
     )
+
+
+def staged_attributes(entry: annotation.Entry) -> tuple[str, str]:
+    """A staged question's class (hidden while it does not apply) and its condition, for the page to show
+    or hide it as the answers above it change."""
+    staged = ""
+    if entry.question.ask_if:
+        condition = json.dumps({other: list(wanted) for other, wanted in entry.question.ask_if})
+        staged = f" data-ask-if='{html.escape(condition)}'"
+    return ("" if entry.applies else " dj-off"), staged
 
 
 def span_segments_html(text: str, value: str | None, kind: str) -> str:
@@ -308,10 +341,11 @@ def span_question_html(index: int, entry: annotation.Entry, text: str) -> str:
     chosen_attr = "" if chosen is None else f" data-chosen='{html.escape(chosen)}'"
     missing = "" if chosen is not None else "<div class='dj-missing'>No suggestion: select the answer.</div>"
     keys = SPAN_HELP + ("; + starts another span at the next word" if kind == "spans" else "") + "."
-    focus = " dj-focus" if index == 0 else ""
+    focus = " dj-focus" if index == 0 and entry.applies else ""
+    off, staged = staged_attributes(entry)
     return (
-        f"<div class='dj-iq dj-spanq{focus}' data-q='{html.escape(entry.question.id)}' data-kind='{kind}'"
-        f"{chosen_attr} data-text='{html.escape(json.dumps(text))}'>"
+        f"<div class='dj-iq dj-spanq{focus}{off}' data-q='{html.escape(entry.question.id)}' data-kind='{kind}'"
+        f"{chosen_attr}{staged} data-text='{html.escape(json.dumps(text))}'>"
         f"{annotate.instructions_html(entry.question.instructions)}{missing}"
         f"<div class='dj-spantext'>{span_segments_html(text, chosen, kind)}</div>"
         f"<div class='dj-spaninfo'>Answer: <span class='dj-spanchosen'>{html.escape(chosen_text(text, chosen, kind))}"
@@ -332,12 +366,15 @@ def chosen_text(text: str, value: str | None, kind: str) -> str:
 
 
 def item_view_html(card: annotation.ItemCard) -> str:
-    """The item once, then every question asked of it (a question that does not apply is left out)."""
+    """The item once, then every question given to the annotator; a staged question whose condition the
+    preselected answers do not meet is there but hidden, for the page to show once an answer asks it."""
+    shown = [e for e in card.entries if e.applies or (e.given and e.not_asked is not None)]
+    first = next((i for i, e in enumerate(shown) if e.applies), 0)
     questions = "".join(
-        span_question_html(i, entry, card.text)
+        span_question_html(i - first, entry, card.text)
         if annotation.is_span_question(entry.question)
-        else question_html(i, entry)
-        for i, entry in enumerate(card.asked)
+        else question_html(i - first, entry)
+        for i, entry in enumerate(shown)
     )
     return f"{annotate.item_html(card)}<div class='dj-questions'>{questions}</div>"
 

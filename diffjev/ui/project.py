@@ -10,6 +10,7 @@ import json
 import gradio as gr
 
 from diffjev.canvas import CanvasBuilder
+from diffjev.staging import is_staged, model_passes, read_groups
 from diffjev.engines.base import EngineError
 from diffjev.errors import SchemaError
 from diffjev.schema import Schema
@@ -64,7 +65,8 @@ def canvas_preview(builder: CanvasBuilder, schema: Schema) -> str:
     )
     prompt = html.escape(tokenizer.decode(list(canvas.prompt_ids)))
     return (
-        f"<div class='dj-preview'><h4>Prompt ({len(canvas.prompt_ids)} tokens)</h4><pre>{prompt}</pre>"
+        f"<div class='dj-preview'><p class='dj-passes'>{html.escape(read_cost(schema))}</p>"
+        f"<h4>Prompt ({len(canvas.prompt_ids)} tokens)</h4><pre>{prompt}</pre>"
         f"<h4>Canvas ({canvas.width} tokens; slots are noise until the read)</h4>"
         f"<div class='dj-canvas'>{''.join(chips)}</div><ul>{slots}</ul>{own_reads}</div>"
     )
@@ -81,6 +83,29 @@ def span_reads_preview(schema: Schema) -> str:
         if q.type.reads == "span"
     ]
     return f"<h4>Span questions (a read of their own each)</h4><ul>{''.join(lines)}</ul>" if lines else ""
+
+
+def read_cost(schema: Schema) -> str:
+    """What one item's read costs the model: passes per draw (one joint canvas, or one per read group of
+    a staged schema), and the draws the sampling policy may take."""
+    passes = model_passes(schema.questions)
+    stages = read_groups(schema.questions)
+    how = (
+        " ("
+        + "; ".join(
+            f"stage {n}: " + ", then ".join(" + ".join(g) for g in groups) for n, groups in enumerate(stages, 1)
+        )
+        + ")"
+        if is_staged(schema.questions)
+        else " (every question on one canvas)"
+    )
+    sampling = schema.sampling
+    if sampling.samples == "auto":
+        draws = f'; with samples "auto", up to {passes * sampling.auto_max} when a slot is unsure'
+    else:
+        draws = f"; {sampling.samples} draws make {passes * int(sampling.samples)}" if sampling.samples != 1 else ""
+    unit = "pass" if passes == 1 else "passes"
+    return f"A read of this schema takes {passes} model {unit}{how}{draws}."
 
 
 def build(studio: Studio) -> None:
