@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from diffjev.canvas import Canvas, CanvasBuilder, draw_seed, fill_noise
 from diffjev.decide import Decision, SlotRead, decide, needs_more_draws
+from diffjev.images import ImageState
 from diffjev.schema import Schema
 
 DEFAULT_SEED = 42
@@ -112,6 +113,7 @@ class CanvasEngine(Engine):
     builder: CanvasBuilder
     batch_size: int = 8  # items per chunk handed to read()
     pipeline_depth: int = 1  # chunks read at once; >1 keeps a remote server busy across chunk edges
+    reads_images: bool = False  # whether read() shows a canvas's images to the model
 
     @abstractmethod
     def read(self, canvases: Sequence[Canvas]) -> list[dict[str, SlotRead]]:
@@ -131,7 +133,7 @@ class CanvasEngine(Engine):
 
     def decide_many(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
         self.check_schema(schema)
-        states = iter(states)
+        states = iter(states) if self.reads_images else self._text_only(states)
         sizes = growing_chunks(self.batch_size)
         with ThreadPoolExecutor(self.pipeline_depth, thread_name_prefix=f"{self.name}-read") as pool:
             pending: list[Future] = []
@@ -145,6 +147,17 @@ class CanvasEngine(Engine):
                     yield from pending.pop(0).result()
                 elif not chunk:
                     return
+
+    def _text_only(self, states: Iterable[Any]) -> Iterator[Any]:
+        """The states, refusing an item with an image: reading its text alone would pass a guess about a
+        picture the model never saw for a read of the item."""
+        for state in states:
+            if isinstance(state, ImageState):
+                raise EngineError(
+                    f"the {self.name} engine reads text only, and this item has an image; pre-label items "
+                    f"with images with the vLLM engine (a server serving DiffusionGemma, which reads images)"
+                )
+            yield state
 
     def _decide_chunk(self, schema: Schema, states: Sequence[Any], seed: int) -> list[Decision]:
         started = time.perf_counter()
