@@ -67,7 +67,7 @@ def item_image_keys(session: Session, project_id: int, item_ids: Sequence[int]) 
             Item.project_id == project_id, Item.id.in_(list(item_ids)), Item.image.is_not(None)
         )
     )
-    return dict(rows.tuples())
+    return {item_id: sha for item_id, sha in rows}
 
 
 def images_by_key(session: Session, project_id: int, keys: Iterable[str]) -> dict[str, Image]:
