@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from diffjev.images import ImageState
 from diffjev.schema import Question, Schema, SchemaError
 from diffjev.template import Template
 
@@ -101,6 +102,8 @@ class Canvas:
     reply_tokens: int  # the canvas positions that hold the reply; the rest is padding
     # Set when the state was cut to fit the model's context: its length and what was kept, in characters.
     truncated: dict[str, int] | None = None
+    # The item's images, shown ahead of its text by an engine that reads images (diffjev.images.ImageData).
+    images: tuple[Any, ...] = ()
 
     @property
     def width(self) -> int:
@@ -268,7 +271,8 @@ class CanvasBuilder:
 
     def build(self, schema: Schema, state: Any, seed: int) -> Canvas:
         layout = self.layout(schema)
-        text, truncated = self.fit_state(schema, render_state(state))
+        images = (state.image,) if isinstance(state, ImageState) else ()
+        text, truncated = self.fit_state(schema, render_state(state.text if images else state))
         messages = self.messages(schema, text)
         return Canvas(
             messages,
@@ -279,6 +283,7 @@ class CanvasBuilder:
             seed,
             layout.reply_tokens,
             truncated,
+            images,
         )
 
     def fit_state(self, schema: Schema, text: str) -> tuple[str, dict[str, int] | None]:

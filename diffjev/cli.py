@@ -158,8 +158,17 @@ def cmd_import(args: argparse.Namespace) -> None:
         split=args.split,
         actor=args.user,
         max_chars=args.max_chars,
+        image_field=args.image_field,
+        image_folder=args.image_folder or _image_folder(args.source),
     )
     print(report.summary())
+
+
+def _image_folder(source: str) -> str | None:
+    """Where image paths in a file's rows are read from unless --image-folder says: the file's own folder (a
+    saved dataset: its folder; a Hub name: none)."""
+    path = Path(source)
+    return str(path.parent) if path.is_file() else str(path) if path.is_dir() else None
 
 
 def cmd_prelabel(args: argparse.Namespace) -> None:
@@ -424,6 +433,17 @@ def parser() -> argparse.ArgumentParser:
         type=_positive_int,
         metavar="N",
         help="reject items whose text is longer (default: $DIFFJEV_MAX_ITEM_CHARS, else 100000)",
+    )
+    p.add_argument(
+        "--image-field",
+        metavar="COLUMN",
+        help="a column holding each item's image: a path inside the image folder, bytes, a dataset's Image "
+        "feature, or a Hub dataset file URL (largest: $DIFFJEV_MAX_IMAGE, else 20mb)",
+    )
+    p.add_argument(
+        "--image-folder",
+        metavar="DIR",
+        help="the folder image paths are read from; none outside it (default: the source file's folder)",
     )
 
     p = command("prelabel", cmd_prelabel, "pre-label a project's items through an engine")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import dataclasses
 import errno
 import glob
 import hashlib
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import orjson
+
+from diffjev.images import ImageData, ImageProblem, ImageSourceError, image_from_value
 
 FORMATS = ("csv", "jsonl", "parquet", "hf")
 SLICE_ROWS = 10_000
@@ -50,10 +53,13 @@ class Row:
     text: str
     external_id: str | None
     fields: dict[str, Any]
+    image: ImageData | None = None
 
     @property
     def content_hash(self) -> str:
-        body = orjson.dumps([self.text, self.fields], option=orjson.OPT_SORT_KEYS, default=str)
+        # Two items with the same text and different images are two items; a text-only item's hash is as before.
+        parts = [self.text, self.fields] + ([self.image.sha256] if self.image is not None else [])
+        body = orjson.dumps(parts, option=orjson.OPT_SORT_KEYS, default=str)
         return hashlib.sha256(body).hexdigest()
 
 
@@ -118,6 +124,16 @@ class Limits:
     max_id_chars: int | None = None
 
 
+@dataclass(frozen=True)
+class ImageColumn:
+    """Where a source's rows name their image: the column, the folder a path in it must lie inside (None:
+    no path is taken, only bytes and Hub files), and the largest image in bytes."""
+
+    field: str
+    folder: Path | None
+    max_bytes: int
+
+
 def read_rows(
     source: Any,
     text_field: str = "text",
@@ -125,19 +141,22 @@ def read_rows(
     context_fields: Sequence[str] | None = None,
     split: str = "train",
     limits: Limits = Limits(),
+    image: ImageColumn | None = None,
 ) -> Iterator[Row | Rejected]:
     """Rows of a source, each either a Row to import or the reason it was rejected.
 
-    The text and id columns are never context too: an item would carry its text twice."""
+    The text, id and image columns are never context too: an item would carry its text twice."""
+    own = (text_field, id_field, image.field if image else None)
     if context_fields is not None:
-        context_fields = [name for name in context_fields if name not in (text_field, id_field)]
-    records = _records(source, source_format(source), split)
+        context_fields = [name for name in context_fields if name not in own]
+    records = _records(source, source_format(source), split, image.field if image else None)
     columns = next(records)  # every reader yields its column names first (None when rows may differ)
     if columns is not None:
         _check_column_names(
             source, columns, [text_field, id_field, *(context_fields or ())] if context_fields is not None else columns
         )
-        for needed, flag in ((text_field, "the text field"), (id_field, "the id field")):
+        wanted = ((text_field, "the text field"), (id_field, "the id field"), (own[2], "the image field"))
+        for needed, flag in wanted:
             if needed is not None and needed not in columns:
                 raise SourceError(
                     f"{source_name(source)}: no column {needed!r} for {flag}; its columns are "
@@ -152,7 +171,19 @@ def read_rows(
         if isinstance(record, Rejected):
             yield record
             continue
-        yield _row(line, record, text_field, id_field, context_fields, limits)
+        row = _row(line, record, text_field, id_field, context_fields, limits, own[2])
+        yield row if image is None or isinstance(row, Rejected) else _with_image(row, record, image)
+
+
+def _with_image(row: Row, record: dict[str, Any], image: ImageColumn) -> Row | Rejected:
+    """The row with its image read and checked, or the reason the row is rejected."""
+    try:
+        found = image_from_value(record.get(image.field), image.folder, image.max_bytes)
+    except ImageProblem as exc:
+        return Rejected(row.line, f"image field {image.field!r}: {exc}")
+    except ImageSourceError as exc:
+        raise SourceError(f"line {row.line}, image field {image.field!r}: {exc}") from None
+    return dataclasses.replace(row, image=found)
 
 
 def _check_column_names(source: Any, columns: Sequence[Any], used: Sequence[Any]) -> None:
@@ -211,8 +242,9 @@ def _peek_problem(line: int, record: Any) -> Rejected | None:
     return None
 
 
-def _records(source: Any, fmt: str, split: str) -> Iterator[Any]:
-    """A reader over the source: its column names first (None when rows may differ), then (line, record)."""
+def _records(source: Any, fmt: str, split: str, image_field: str | None = None) -> Iterator[Any]:
+    """A reader over the source: its column names first (None when rows may differ), then (line, record).
+    A dataset's `Image` column named by `image_field` comes as its stored bytes, not decoded."""
     if fmt in ("csv", "jsonl", "parquet") and not Path(source).is_file():
         raise SourceError(f"no file at {source_name(source)}")
     if fmt in ("csv", "jsonl"):
@@ -222,11 +254,22 @@ def _records(source: Any, fmt: str, split: str) -> Iterator[Any]:
         "jsonl": _jsonl_records,
         "parquet": _parquet_records,
         "dataframe": _dataframe_records,
-        "dataset": _dataset_records,
-        "hf": lambda s: _dataset_records(load_hf_dataset(s, split)),
-        "hub": lambda s: _dataset_records(load_hf_dataset(s, split)),
+        "dataset": lambda s: _dataset_records(_undecoded(s, image_field)),
+        "hf": lambda s: _dataset_records(_undecoded(load_hf_dataset(s, split), image_field)),
+        "hub": lambda s: _dataset_records(_undecoded(load_hf_dataset(s, split), image_field)),
     }
     return readers[fmt](source)
+
+
+def _undecoded(dataset: Any, image_field: str | None) -> Any:
+    """The dataset with its `Image` column as stored ({"bytes", "path"}): decoding every image to pixels
+    only to encode it again would cost the import its time, and lose the file's own bytes."""
+    import datasets
+
+    feature = dataset.features.get(image_field) if image_field else None
+    if isinstance(feature, datasets.Image) and feature.decode:
+        return dataset.cast_column(image_field, datasets.Image(decode=False))
+    return dataset
 
 
 def _row(
@@ -236,6 +279,7 @@ def _row(
     id_field: str | None,
     context_fields: Sequence[str] | None,
     limits: Limits = Limits(),
+    image_field: str | None = None,
 ) -> Row | Rejected:
     if not isinstance(record, dict):
         return Rejected(line, "not an object with named fields")
@@ -268,7 +312,8 @@ def _row(
         )
         if problem:
             return Rejected(line, problem)
-    names = context_fields if context_fields is not None else [k for k in record if k not in (text_field, id_field)]
+    own = (text_field, id_field, image_field)
+    names = context_fields if context_fields is not None else [k for k in record if k not in own]
     fields = {name: _plain(record.get(name)) for name in names}
     if any(isinstance(v, str) and _undecodable(v) for v in fields.values()):
         return Rejected(line, "bytes that are not UTF-8")

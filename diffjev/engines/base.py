@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from diffjev.canvas import Canvas, CanvasBuilder, Layout, draw_seed, fill_noise, render_state
 from diffjev.decide import Answer, Decision, SlotRead, aggregate, decide, needs_more_draws, slot_distribution
+from diffjev.images import ImageState
 from diffjev.schema import Schema
 from diffjev.spans import SpanAnswer, SpanCanvasBuilder, question_seed, read_span_answer
 from diffjev.staging import is_staged, read_groups, skip_record
@@ -115,6 +116,7 @@ class CanvasEngine(Engine):
     builder: CanvasBuilder
     batch_size: int = 8  # items per chunk handed to read()
     pipeline_depth: int = 1  # chunks read at once; >1 keeps a remote server busy across chunk edges
+    reads_images: bool = False  # whether read() shows a canvas's images to the model
 
     @abstractmethod
     def read(self, canvases: Sequence[Canvas]) -> list[dict[str, SlotRead]]:
@@ -158,7 +160,8 @@ class CanvasEngine(Engine):
         the skip record of each one whose `ask_if` the `earlier` answers (the label read's) do not meet: a
         question that does not apply is not read. No question depends on a span question (the schema
         refuses it), so the label answers are all a span question can wait for."""
-        text = render_state(state)
+        # Offsets index the item's text; a span read shows the model the text alone, not the item's image.
+        text = state.text if isinstance(state, ImageState) else render_state(state)
         given = {qid: a.answer for qid, a in (earlier or {}).items()}
         out, skipped = {}, {}
         for index, q in enumerate(schema.questions):
@@ -178,7 +181,7 @@ class CanvasEngine(Engine):
 
     def decide_many(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
         self.check_schema(schema)
-        states = iter(states)
+        states = iter(states) if self.reads_images else self._text_only(states)
         sizes = growing_chunks(self.batch_size)
         with ThreadPoolExecutor(self.pipeline_depth, thread_name_prefix=f"{self.name}-read") as pool:
             pending: list[Future] = []
@@ -192,6 +195,17 @@ class CanvasEngine(Engine):
                     yield from pending.pop(0).result()
                 elif not chunk:
                     return
+
+    def _text_only(self, states: Iterable[Any]) -> Iterator[Any]:
+        """The states, refusing an item with an image: reading its text alone would pass a guess about a
+        picture the model never saw for a read of the item."""
+        for state in states:
+            if isinstance(state, ImageState):
+                raise EngineError(
+                    f"the {self.name} engine reads text only, and this item has an image; pre-label items "
+                    f"with images with the vLLM engine (a server serving DiffusionGemma, which reads images)"
+                )
+            yield state
 
     def _decide_chunk(self, schema: Schema, states: Sequence[Any], seed: int) -> list[Decision]:
         labels = schema.slot_part()

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Iterator
 
 
 from diffjev.canvas import render_state
+from diffjev.images import ImageState
 from diffjev.decide import Decision, SlotDistribution, aggregate
 from diffjev.engines._http import HTTPClients, post_json
 from diffjev.engines.base import DEFAULT_SEED, Engine, EngineError, server_url, shown_url
@@ -83,10 +84,14 @@ class JevAPIEngine(Engine):
         self.max_in_flight = max_in_flight
 
     def request_body(self, schema: Schema, state: Any) -> dict[str, Any]:
+        image = state.image if isinstance(state, ImageState) else None
+        state = state.text if image is not None else state
         body: dict[str, Any] = {
             "state": state if isinstance(state, (dict, list)) else render_state(state),
             "questions": schema.to_jev_questions(),
         }
+        if image is not None:  # the Jev API's images: data URLs, shown ahead of the state
+            body["images"] = [image.data_url()]
         if self.model_name:
             body["model"] = self.model_name
         if schema.instructions:

@@ -41,9 +41,21 @@ def parse_chat_logprobs(data: Any, canvas: Canvas) -> dict[str, SlotRead]:
     return out
 
 
+def multimodal_messages(canvas: Canvas) -> list[dict[str, Any]]:
+    """The chat messages with the item's images ahead of its text in the user turn, as OpenAI's chat format
+    (and vLLM's) takes them: an `image_url` part per image, a data URL, then the text."""
+    messages = [dict(m) for m in canvas.messages]
+    if canvas.images:
+        user = messages[-1]
+        parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": i.data_url()}} for i in canvas.images]
+        user["content"] = [*parts, {"type": "text", "text": user["content"]}]
+    return messages
+
+
 class VLLMServerEngine(CanvasEngine):
     name = "vllm"
     pipeline_depth = 2
+    reads_images = True
 
     def __init__(
         self,
@@ -101,7 +113,7 @@ class VLLMServerEngine(CanvasEngine):
             raise EngineError(f"{len(label_ids)} label ids in one read; at most {MAX_LOGPROB_TOKEN_IDS} fit a request")
         body: dict[str, Any] = {
             "model": self.model_name,
-            "messages": list(canvas.messages),
+            "messages": multimodal_messages(canvas),
             "max_tokens": canvas.reply_tokens,  # as djev sends: logprobs for the reply, not the padding
             "logprobs": True,
             "top_logprobs": TOP_LOGPROBS,

@@ -16,17 +16,25 @@ label: `q` holds it, `q_source` is `adjudicated` and `q_annotator` the reviewer.
 `q_answers`, every annotator's own answer (annotator, value, source), oldest first, so what was settled
 stays beside the label. `q_disputed` is true where annotators gave different answers and nobody has
 settled them yet: `q` is then only the latest of those answers, not an agreed label.
+
+A project whose items have images has an `image` column too: in Parquet and the Hugging Face dataset, the
+image's bytes and file name as the `datasets` `Image` feature (loading the export gives images); in JSONL
+and CSV, the path of the image's file, relative to the export, in a folder written beside it
+(`labeled_images/` beside `labeled.csv`), each image once.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import orjson
 
-from diffjev.io import SourceError, write_export
+from diffjev.images import EXTENSION_BY_MIME
+from diffjev.io import SourceError, atomic_path, write_export
 from diffjev.spans import parse_span_value
+from storage import images as image_store
 from storage import repo
 from storage.db import Database
 
@@ -63,6 +71,7 @@ def columns_and_schema(
     names: dict[str, list[str]],
     span_keys: frozenset[str] = frozenset(),
     staged: frozenset[str] = frozenset(),
+    image: str | None = None,
 ) -> tuple[list[str], Any]:
     """The export's column names and Arrow schema.
 
@@ -70,7 +79,7 @@ def columns_and_schema(
     `q_model_spans` instead: its label's and the model's spans, each `{start, end, text}` (code point
     offsets into `text`, end exclusive, as Label Studio and spaCy count). A staged question (one with
     `ask_if`) also has `<q>_skipped`: why it was not asked of the item, where it was not (its label is
-    then empty)."""
+    then empty). `image`: "bytes" or "path" for an image column."""
     import pyarrow as pa
 
     answer_type = _answer_type()
@@ -103,7 +112,59 @@ def columns_and_schema(
         if q in staged:
             fields.append((f"{q}_skipped", _skip_type()))
     schema = pa.schema(fields)
+    if image is not None:
+        schema = _with_image_column(schema, image)
     return schema.names, schema
+
+
+def _with_image_column(schema: Any, image: str) -> Any:
+    """The schema with an `image` column after `fields`: a path, or the `datasets` Image feature's storage
+    (bytes and file name), named as that feature in the schema's Hugging Face metadata."""
+    import datasets
+    import pyarrow as pa
+
+    if image == "path":
+        return schema.insert(schema.get_field_index("fields") + 1, pa.field("image", pa.string()))
+    storage = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    schema = schema.insert(schema.get_field_index("fields") + 1, pa.field("image", storage))
+    features = datasets.Features.from_arrow_schema(schema)
+    features["image"] = datasets.Image()
+    return schema.with_metadata({"huggingface": orjson.dumps({"info": {"features": features.to_dict()}}).decode()})
+
+
+def images_folder(target: str | os.PathLike) -> Path:
+    """Where a JSONL or CSV export's images go: `labeled_images/` beside `labeled.csv`."""
+    target = Path(target)
+    return target.with_name(f"{target.stem}_images")
+
+
+def _add_images(
+    batches: Iterator[dict[str, list]], db: Database, project_id: int, fmt: str, folder: Path | None, shown: str
+) -> Iterator[dict[str, list]]:
+    """The batches with each item's image: written once into `folder` and named by its path from the export
+    (JSONL, CSV), or as bytes and a file name (Parquet, HF). None for an item without an image."""
+    written: set[str] = set()
+    for batch in batches:
+        with db.read() as session:
+            keys = image_store.item_image_keys(session, project_id, batch["item_id"])
+            images = image_store.images_by_key(session, project_id, keys.values())
+            found = {sha: (bytes(i.data), EXTENSION_BY_MIME[i.mime]) for sha, i in images.items()}
+        column = []
+        for item_id in batch["item_id"]:
+            sha = keys.get(item_id)
+            if sha not in found:
+                column.append(None)
+                continue
+            data, extension = found[sha]
+            name = f"{sha}.{extension}"
+            if folder is None:
+                column.append({"bytes": data, "path": name})
+                continue
+            if sha not in written:
+                (folder / name).write_bytes(data)
+                written.add(sha)
+            column.append(f"{shown}/{name}")
+        yield {**batch, "image": column}
 
 
 def export_project(
@@ -135,11 +196,13 @@ def export_project(
             repo.get_run(session, run_id, project.id)  # another project's run is not found
         runs = {r.id: (r.engine, r.model) for r in repo.list_runs(session, project.id)}
         project_id = project.id
+        with_images = image_store.project_has_images(session, project_id)
     keys = [q.id for q in schema.questions]
     span_kinds = {q.id: q.kind for q in schema.questions if q.type.reads == "span"}
     staged = frozenset(q.id for q in schema.questions if q.ask_if)
+    image = ("path" if fmt in ("jsonl", "csv") else "bytes") if with_images else None
     _, arrow_schema = columns_and_schema(
-        keys, {q.id: list(q.names) for q in schema.questions}, frozenset(span_kinds), staged
+        keys, {q.id: list(q.names) for q in schema.questions}, frozenset(span_kinds), staged, image
     )
     # JSONL keeps the context fields as an object; the tabular formats hold them as JSON text.
     batches = _column_batches(
@@ -150,7 +213,15 @@ def export_project(
     if staged:
         batches = _with_skips(db, question_rows, staged, annotator, batches)
     escape = csv_escape_setting() if csv_escape is None else csv_escape
-    count = write_export(batches, target, fmt, arrow_schema, on_batch=progress, csv_escape=escape)
+    if image == "path":  # the images' folder is moved into place with the export, or not at all
+        folder = images_folder(target)
+        with atomic_path(folder, directory=True) as partial:
+            batches = _add_images(batches, db, project_id, fmt, partial, folder.name)
+            count = write_export(batches, target, fmt, arrow_schema, on_batch=progress, csv_escape=escape)
+    else:
+        if image == "bytes":
+            batches = _add_images(batches, db, project_id, fmt, None, "")
+        count = write_export(batches, target, fmt, arrow_schema, on_batch=progress, csv_escape=escape)
     if push_to_hub:
         _push(target, push_to_hub, token)
     with db.session() as session:

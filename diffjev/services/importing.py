@@ -17,7 +17,9 @@ from typing import Any, Callable, Sequence
 
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
 
-from diffjev.io import HubDataset, Limits, Rejected, Row, SourceError, read_rows, source_name
+from diffjev.images import ImageSourceError, max_image_bytes
+from diffjev.io import HubDataset, ImageColumn, Limits, Rejected, Row, SourceError, read_rows, source_name
+from storage import images as image_store
 from storage import items as item_store
 from storage import repo
 from storage.db import Database
@@ -97,20 +99,27 @@ def import_items(
     max_chars: int | None = None,
     progress: Callable[[ImportReport], None] | None = None,
     label: str | None = None,
+    image_field: str | None = None,
+    image_folder: str | os.PathLike | None = None,
 ) -> ImportReport:
     """Import a CSV, JSONL or Parquet file, a DataFrame, or a Hugging Face dataset into a project.
 
     Re-importing adds nothing twice: rows are keyed on `id_field` when given, else on a hash of their
-    text and context fields. A text longer than `max_chars` (default: max_item_chars()) is rejected. The import
-    is listed under `label` where given, else under the source's name."""
+    text and context fields (and image). A text longer than `max_chars` (default: max_item_chars()) is
+    rejected. The import is listed under `label` where given, else under the source's name.
+
+    `image_field` names a column holding each item's image: a path inside `image_folder` (the import
+    folder; without one, only bytes, a dataset's `Image` values and Hub file URLs are taken), a URL to a
+    Hub dataset file, or bytes. Each image is stored once per project (see diffjev.images for the checks)."""
     if max_chars is not None and max_chars < 1:
         raise SourceError(f"max_chars={max_chars}: the longest item text must be at least one character")
     limits = Limits(max_text_chars=max_chars or max_item_chars(), max_id_chars=repo.EXTERNAL_ID_CHARS)
+    image = _image_column(image_field, image_folder)
     with db.read() as session:
         project = repo.get_project(session, project_name)
         project_id, default_text = project.id, project.text_field
     text_field = text_field or default_text
-    rows = read_rows(source, text_field, id_field, context_fields, split, limits)
+    rows = read_rows(source, text_field, id_field, context_fields, split, limits, image)
     report = ImportReport()
 
     listed_as = label or source_name(source)
@@ -130,6 +139,16 @@ def import_items(
         raise
     _log_import(db, actor, project_id, source, report)
     return report
+
+
+def _image_column(image_field: str | None, image_folder: str | os.PathLike | None) -> ImageColumn | None:
+    if not image_field:
+        return None
+    try:
+        limit = max_image_bytes()
+    except ImageSourceError as exc:
+        raise SourceError(str(exc)) from None
+    return ImageColumn(image_field, Path(image_folder) if image_folder is not None else None, limit)
 
 
 def _import_chunks(
@@ -224,8 +243,11 @@ def _store_chunk(session, project_id: int, rows: list[Row], import_id: int) -> i
                 "text": r.text,
                 "fields": r.fields,
                 "import_id": import_id,
+                "image": r.image.sha256 if r.image is not None else None,
             }
         )
+    stored = {item["image"] for item in fresh}  # a duplicate row's image is not stored
+    image_store.store_images(session, project_id, [r.image for r in rows if r.image and r.image.sha256 in stored])
     repo.insert_items(session, project_id, fresh)
     return len(fresh)
 

@@ -34,6 +34,7 @@ from diffjev.engines.base import Engine, growing_chunks, shown_url
 from diffjev.errors import SchemaError
 from diffjev.read import read, read_many
 from diffjev.schema import Schema
+from diffjev.services.images import item_states
 from storage import repo
 from storage.db import Database
 from storage.models import utcnow
@@ -361,7 +362,7 @@ class _Reader:
             try:
                 with db.read() as session:
                     ids = repo.pending_item_ids(session, project_id, run_id, after, page, only_unlabeled, unsure_in)
-                    states = [item.text for item in repo.items_by_id(session, ids)]
+                    states = item_states(session, project_id, repo.items_by_id(session, ids))
             except Exception as exc:  # noqa: BLE001 - ends the feed; the run must not read it as "all done"
                 self._source_failed = exc
                 return

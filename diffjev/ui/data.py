@@ -154,6 +154,10 @@ def build_import(studio: Studio) -> None:
         text_column = gr.Dropdown([], label="Text column", elem_id="import-text")
         id_column = gr.Dropdown([], label="Id column (optional)", elem_id="import-id")
         context = gr.CheckboxGroup([], label="Context columns", elem_id="import-context")
+        # Paths in it are read from the import folder only; bytes and a dataset's Image feature as they are.
+        image_column = gr.Dropdown(
+            [], value=None, label="Image column (optional)", allow_custom_value=True, elem_id="import-image"
+        )
     confirm = gr.Checkbox(False, visible=False, elem_id="import-confirm")
     go = gr.Button("Import", variant="primary", elem_id="import-go")
     report = gr.Markdown(elem_id="import-report")
@@ -206,7 +210,8 @@ def build_import(studio: Studio) -> None:
             return pd.DataFrame(), cleared, cleared, gr.update(choices=[], value=[]), nothing, ""
 
     def after_preview(found: dict, text: str, request: gr.Request) -> tuple:
-        return found["note"], confirm_update(text, project_text_field(studio.db, studio.scope(request).project))
+        confirm = confirm_update(text, project_text_field(studio.db, studio.scope(request).project))
+        return found["note"], confirm, gr.update(choices=[""] + found["usable"], value="")
 
     def columns_chosen(found: dict, text: str, ident: str, request: gr.Request) -> tuple:
         # Every other column is offered and ticked again: the ticks are not an input, since a quick second
@@ -222,6 +227,7 @@ def build_import(studio: Studio) -> None:
         ident: str,
         context_columns: list[str],
         confirmed: bool | None = None,
+        image: str | None = None,
         request: gr.Request = None,
     ) -> str:
         scope = studio.scope(request)
@@ -240,8 +246,10 @@ def build_import(studio: Studio) -> None:
                 _source(studio, upload, dataset_name),
                 text_field=text or None,
                 id_field=ident or None,
-                context_fields=context_columns,
+                context_fields=[c for c in context_columns if c != image],
                 actor=scope.user,
+                image_field=image or None,
+                image_folder=studio.import_dir,
             )
         except SourceError as exc:
             return f"⚠️ {md_text(str(exc))}"
@@ -269,7 +277,7 @@ def build_import(studio: Studio) -> None:
     previewed = [preview, text_column, id_column, context, found_state]
     api_preview.click(preview_of, [upload, dataset], previewed, api_name="import_preview")
     look.click(preview_on_page, [upload, dataset], [*previewed, report], api_visibility="private").then(
-        after_preview, [found_state, text_column], [note, confirm], api_visibility="private"
+        after_preview, [found_state, text_column], [note, confirm, image_column], api_visibility="private"
     )
     for chooser in (text_column, id_column):
         chooser.input(
@@ -278,9 +286,12 @@ def build_import(studio: Studio) -> None:
             [context, confirm],
             api_visibility="private",
         )
-    go.click(run, [upload, dataset, text_column, id_column, context, confirm], [report], api_name="import_items").then(
-        imports_listed, [], [which_import], api_visibility="private"
-    )
+    go.click(
+        run,
+        [upload, dataset, text_column, id_column, context, confirm, image_column],
+        [report],
+        api_name="import_items",
+    ).then(imports_listed, [], [which_import], api_visibility="private")
     undo.click(undo_chosen, [which_import], [undo_note, which_import], api_name="import_undo")
 
 

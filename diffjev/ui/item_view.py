@@ -15,8 +15,10 @@ import time
 
 import gradio as gr
 
+from diffjev.images import ImageData
 from diffjev.services import annotation
 from diffjev.spans import parse_span_value
+from diffjev.services.images import item_image
 from diffjev.ui import annotate
 from diffjev.ui.context import Studio, md_text, quiet_without_project, refusal
 
@@ -51,6 +53,10 @@ CSS = """
   user-select: text; line-height: 1.6; }
 .dj-mark { background: #fde68a; border-bottom: 2px solid #d97706; }
 .dj-spaninfo { color: #374151; font-size: .9em; }
+.dj-with-image { display: flex; gap: 12px; align-items: flex-start; }
+.dj-image { flex: 0 1 50%; max-height: 70vh; overflow: auto; border: 1px solid #e5e7eb; border-radius: 6px; }
+.dj-image img { display: block; max-width: 100%; cursor: zoom-in; }
+.dj-image img.dj-zoomed { max-width: none; width: 200%; cursor: zoom-out; }
 """
 
 # Keys and clicks of the item view, acting only while it is on screen and no field has the focus. The
@@ -284,6 +290,17 @@ def question_html(index: int, entry: annotation.Entry) -> str:
     )
 
 
+def image_html(image: ImageData) -> str:
+    """The item's image, inline as a data URL: the page gets it with the item its scope loaded, and there is
+    no address from which another page could fetch it. A click zooms in and out; its type
+    is one Pillow found in the bytes (PNG, JPEG, GIF, WebP), never markup."""
+    zoom = "this.classList.toggle('dj-zoomed')"
+    return (
+        f"<div class='dj-image'><img src='{image.data_url()}' width='{image.width}' alt='Image of the item, "
+        f"{image.width}×{image.height}' title='Click to zoom' onclick=\"{zoom}\"></div>"
+    )
+
+
 def staged_attributes(entry: annotation.Entry) -> tuple[str, str]:
     """A staged question's class (hidden while it does not apply) and its condition, for the page to show
     or hide it as the answers above it change."""
@@ -365,9 +382,10 @@ def chosen_text(text: str, value: str | None, kind: str) -> str:
     return " · ".join(f"“{s.text}”" for s in spans) if spans else "none"
 
 
-def item_view_html(card: annotation.ItemCard) -> str:
-    """The item once, then every question given to the annotator; a staged question whose condition the
-    preselected answers do not meet is there but hidden, for the page to show once an answer asks it."""
+def item_view_html(card: annotation.ItemCard, image: ImageData | None = None) -> str:
+    """The item once (its image, where it has one, beside its text), then every question given to the
+    annotator; a staged question whose condition the preselected answers do not meet is there but hidden,
+    for the page to show once an answer asks it."""
     shown = [e for e in card.entries if e.applies or (e.given and e.not_asked is not None)]
     first = next((i for i, e in enumerate(shown) if e.applies), 0)
     questions = "".join(
@@ -376,7 +394,10 @@ def item_view_html(card: annotation.ItemCard) -> str:
         else question_html(i - first, entry)
         for i, entry in enumerate(shown)
     )
-    return f"{annotate.item_html(card)}<div class='dj-questions'>{questions}</div>"
+    item = annotate.item_html(card)
+    if image is not None:
+        item = f"<div class='dj-with-image'>{image_html(image)}{item}</div>"
+    return f"{item}<div class='dj-questions'>{questions}</div>"
 
 
 def progress_line(db, card: annotation.ItemCard, note: str) -> str:
@@ -411,7 +432,8 @@ def build(studio: Studio) -> None:
                 studio.db, session["project"], session["strategy"], session["user"]
             )
             return session, f"{note} **Nothing left in this queue.** {md_text(reason)}".strip(), ""
-        return session, progress_line(studio.db, card, note), item_view_html(card)
+        image = item_image(studio.db, card.project_id, card.item_id)  # the card's item, in the scope's project
+        return session, progress_line(studio.db, card, note), item_view_html(card, image)
 
     def next_card(session: dict, who: str, skip_item: int | None = None) -> annotation.ItemCard | None:
         return annotation.next_item_card(studio.db, session["project"], session["strategy"], who, skip_item)

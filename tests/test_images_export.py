@@ -1,0 +1,94 @@
+"""Images from the command line to the export and back: `diffjev import --image-field`, then every export
+format holds each item's image (HF and Parquet: the `datasets` Image feature; JSONL and CSV: a path to a file
+written beside the export), and a project without images exports as before."""
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+
+import datasets
+import pyarrow.parquet as pq
+from PIL import Image as PILImage
+
+from conftest import TICKETS
+
+
+def diffjev(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "diffjev.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+
+
+def png(color) -> bytes:
+    out = io.BytesIO()
+    PILImage.new("RGB", (5, 3), color).save(out, "PNG")
+    return out.getvalue()
+
+
+def test_cli_import_then_every_export_format_round_trips_the_images(tmp_path):
+    db = str(tmp_path / "cli.db")
+    (tmp_path / "schema.json").write_text(json.dumps(TICKETS))
+    assert diffjev("init", "--db", db, "--project", "p", "--schema", str(tmp_path / "schema.json")).returncode == 0
+    data = tmp_path / "data"
+    (data / "shots").mkdir(parents=True)
+    red, blue = png((255, 0, 0)), png((0, 0, 255))
+    (data / "shots" / "red.png").write_bytes(red)
+    (data / "shots" / "blue.png").write_bytes(blue)
+    (tmp_path / "outside.png").write_bytes(red)
+    rows = [
+        {"id": "a", "text": "red", "shot": "shots/red.png"},
+        {"id": "b", "text": "blue", "shot": "shots/blue.png"},
+        {"id": "c", "text": "red again", "shot": "shots/red.png"},
+        {"id": "d", "text": "no shot"},
+        {"id": "e", "text": "sneaky", "shot": "../outside.png"},
+    ]
+    (data / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    done = diffjev(
+        "import", "--db", db, "--project", "p", str(data / "items.jsonl"), "--id-field", "id", "--image-field", "shot"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "imported 4, duplicates 0, rejected 1" in done.stdout
+    assert "line 5: image field 'shot': image path '../outside.png'" in done.stdout
+    expected = {"a": red, "b": blue, "c": red, "d": None}
+
+    out = tmp_path / "out"
+    for fmt, name in (("jsonl", "labeled.jsonl"), ("csv", "labeled.csv"), ("parquet", "l.parquet"), ("hf", "l_hf")):
+        made = diffjev("export", "--db", db, "--project", "p", "--format", fmt, "--out", str(out / name), "--all")
+        assert made.returncode == 0, made.stderr
+    records = [json.loads(line) for line in (out / "labeled.jsonl").read_text().splitlines()]
+    with open(out / "labeled.csv", newline="") as f:
+        for got in (records, list(csv.DictReader(f))):
+            paths = {r["external_id"]: r["image"] or None for r in got}
+            assert {k: (out / p).read_bytes() if p else None for k, p in paths.items()} == expected
+            assert paths["a"] == paths["c"] and paths["a"].startswith(("labeled_images/", "labeled_images\\"))
+    assert len(list((out / "labeled_images").iterdir())) == 2  # each image once
+    assert not list(out.glob(".*partial"))
+    hf = datasets.load_from_disk(str(out / "l_hf"))
+    assert isinstance(hf.features["image"], datasets.Image)
+    loaded = {r["external_id"]: r["image"] for r in hf}
+    assert loaded["d"] is None and loaded["a"].size == (5, 3) and loaded["b"].getpixel((0, 0)) == (0, 0, 255)
+    table = pq.read_table(out / "l.parquet").to_pylist()
+    assert {r["external_id"]: (r["image"] or {}).get("bytes") for r in table} == expected
+
+
+def test_a_project_without_images_exports_no_image_column(tmp_path):
+    db = str(tmp_path / "plain.db")
+    (tmp_path / "schema.json").write_text(json.dumps(TICKETS))
+    (tmp_path / "items.jsonl").write_text(json.dumps({"text": "hello"}) + "\n")
+    assert diffjev("init", "--db", db, "--project", "p", "--schema", str(tmp_path / "schema.json")).returncode == 0
+    assert diffjev("import", "--db", db, "--project", "p", str(tmp_path / "items.jsonl")).returncode == 0
+    assert (
+        diffjev(
+            "export", "--db", db, "--project", "p", "--format", "jsonl", "--out", str(tmp_path / "x.jsonl"), "--all"
+        ).returncode
+        == 0
+    )
+    assert "image" not in json.loads((tmp_path / "x.jsonl").read_text())
+    assert not (tmp_path / "x_images").exists()

@@ -1,0 +1,52 @@
+"""Importing items with images through the studio's API: an uploaded file's image paths are read from the
+studio's import folder only (never beside the upload, never outside the folder), and the report names each
+refused row."""
+
+import html
+import io
+
+from gradio_client import Client, handle_file
+from PIL import Image as PILImage
+
+from storage import repo
+from storage.models import Image, Item
+from studio_fixtures import serve_studio, studio_db
+
+
+def png(color) -> bytes:
+    out = io.BytesIO()
+    PILImage.new("RGB", (4, 4), color).save(out, "PNG")
+    return out.getvalue()
+
+
+def test_an_uploads_image_paths_resolve_inside_the_import_folder_only(tmp_path, dgemma_engine):
+    imports = tmp_path / "imports"
+    imports.mkdir()
+    (imports / "red.png").write_bytes(png((255, 0, 0)))
+    (tmp_path / "secret.png").write_bytes(png((0, 0, 0)))
+    (imports / "link.png").symlink_to(tmp_path / "secret.png")
+    upload = tmp_path / "upload"
+    upload.mkdir()
+    (upload / "beside.png").write_bytes(png((0, 255, 0)))  # beside the upload, not in the import folder
+    source = upload / "items.csv"
+    source.write_text(
+        "text,shot\nred,red.png\nup,../secret.png\nabs,/etc/passwd\nlink,link.png\nbeside,beside.png\nnone,\n"
+    )
+    db = studio_db(tmp_path / "studio.db", ["a first ticket"])
+    server, _ = serve_studio(db, dgemma_engine, import_dir=imports)
+    with server:
+        client = Client(server.url, verbose=False)
+        client.predict(handle_file(str(source)), "", api_name="/import_preview")
+        report = html.unescape(
+            client.predict(handle_file(str(source)), "", "text", "", [], False, "shot", api_name="/import_items")
+        )
+    assert "**Imported 2**, duplicates 0, rejected 4" in report
+    for line, says in ((3, "without '..'"), (4, "without '..'"), (5, "leads outside"), (6, "no image at")):
+        assert f"line {line}: image field" in report and says in report
+    assert str(tmp_path) not in report.replace("/etc/passwd", "")
+    with db.read() as session:
+        pid = repo.get_project(session, "tickets").id
+        shown = {i.text: i.image for i in session.query(Item).filter_by(project_id=pid)}
+        images = session.query(Image).filter_by(project_id=pid).all()
+    assert shown["none"] is None and [i.sha256 for i in images] == [shown["red"]]
+    assert bytes(images[0].data) == png((255, 0, 0))
