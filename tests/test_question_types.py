@@ -92,3 +92,11 @@ def test_a_span_list_too_long_for_the_answer_column_is_refused_not_cut():
     many = ",".join(f"{3 * i}-{3 * i + 2}" for i in range(120))
     with pytest.raises(ValueError, match="120 spans are more than one answer holds"):
         q.type.human_value(q, many, text)
+
+
+def test_every_registered_kind_has_a_widget_in_the_item_view():
+    from diffjev.ui.item_view import WIDGETS
+
+    assert {"span", "spans"} <= set(QUESTION_TYPES)
+    for name, question_type_ in QUESTION_TYPES.items():
+        assert question_type_.widget in WIDGETS, name

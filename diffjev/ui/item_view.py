@@ -382,6 +382,14 @@ def chosen_text(text: str, value: str | None, kind: str) -> str:
     return " · ".join(f"“{s.text}”" for s in spans) if spans else "none"
 
 
+# Each question type names its widget (diffjev.question_types); this is how the item view draws each one.
+WIDGETS = {
+    "options": lambda index, entry, text: question_html(index, entry),
+    "span": span_question_html,
+    "spans": span_question_html,
+}
+
+
 def item_view_html(card: annotation.ItemCard, image: ImageData | None = None) -> str:
     """The item once (its image, where it has one, beside its text), then every question given to the
     annotator; a staged question whose condition the preselected answers do not meet is there but hidden,
@@ -389,10 +397,7 @@ def item_view_html(card: annotation.ItemCard, image: ImageData | None = None) ->
     shown = [e for e in card.entries if e.applies or (e.given and e.not_asked is not None)]
     first = next((i for i, e in enumerate(shown) if e.applies), 0)
     questions = "".join(
-        span_question_html(i - first, entry, card.text)
-        if annotation.is_span_question(entry.question)
-        else question_html(i - first, entry)
-        for i, entry in enumerate(shown)
+        WIDGETS[entry.question.type.widget](i - first, entry, card.text) for i, entry in enumerate(shown)
     )
     item = annotate.item_html(card)
     if image is not None:
