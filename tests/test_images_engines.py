@@ -22,7 +22,9 @@ from diffjev.services.importing import import_items
 from diffjev.services.prelabel import prelabel
 from storage import repo
 from storage.db import Database
-from storage.models import Suggestion
+from sqlalchemy import select
+
+from storage.models import ItemRead, Suggestion
 from conftest import SERVED_NAME, TICKETS, LocalServer
 
 TEXT = "The screenshot shows the error on the checkout page."
@@ -140,3 +142,13 @@ def test_a_run_with_an_in_process_engine_names_the_image_items_it_cannot_read(im
     report = prelabel(image_project, "p", dgemma_engine, retries=1)
     assert report.read == 1 and report.failed == 1
     assert "reads text only, and this item has an image" in report.failures[0][2]
+
+
+def test_an_item_the_engine_can_never_read_is_tried_once_whatever_the_retries(image_project, dgemma_engine):
+    # Retrying a read the engine refuses by what it is (text only) would fail the same way each time, with
+    # the backoff in between: it is recorded at once.
+    report = prelabel(image_project, "p", dgemma_engine, retries=3, backoff_s=5.0)
+    assert report.read == 1 and report.failed == 1
+    with image_project.read() as session:
+        attempts = session.scalars(select(ItemRead.attempts).where(ItemRead.status == "failed")).all()
+    assert attempts == [1]

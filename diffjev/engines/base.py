@@ -41,6 +41,11 @@ class EngineError(RuntimeError):
     """A read that could not be made. The message names the engine or endpoint and what went wrong."""
 
 
+class CannotRead(EngineError):
+    """A read this engine can never make, whatever the retries (an image for a text-only engine): a run
+    records it at once instead of trying again."""
+
+
 def shown_url(url: str) -> str:
     """A server URL fit for a page, a log or a stored run: without any user and password in it."""
     try:
@@ -201,7 +206,7 @@ class CanvasEngine(Engine):
         picture the model never saw for a read of the item."""
         for state in states:
             if isinstance(state, ImageState):
-                raise EngineError(
+                raise CannotRead(
                     f"the {self.name} engine reads text only, and this item has an image; pre-label items "
                     f"with images with the vLLM engine (a server serving DiffusionGemma, which reads images)"
                 )

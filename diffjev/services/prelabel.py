@@ -30,7 +30,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterator
 
 from diffjev.decide import Decision
-from diffjev.engines.base import Engine, growing_chunks, shown_url
+from diffjev.engines.base import CannotRead, Engine, growing_chunks, shown_url
 from diffjev.errors import SchemaError
 from diffjev.read import read, read_many
 from diffjev.schema import Schema
@@ -442,6 +442,8 @@ def _read_one(
             return item_id, decision, None, attempt, (time.perf_counter() - started) * 1000
         except SchemaError:
             raise
+        except CannotRead as exc:  # the same every time: no retry, no backoff
+            return item_id, None, f"EngineError: {exc}", attempt, None
         except Exception as exc:  # noqa: BLE001 - recorded with the item, the run goes on
             error = f"{type(exc).__name__}: {exc}"
             if attempt < retries:
