@@ -9,7 +9,7 @@ slot cannot pull it. The functions here are pure: the engines, services and stud
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from diffjev.errors import SchemaError
 from diffjev.question_types import QUESTION_TYPES
@@ -158,3 +158,44 @@ def skips(questions: Sequence[Any], answers: Mapping[str, str | None]) -> dict[s
                 out[qid] = record
                 known[qid] = None
     return out
+
+
+def read_in_stages(
+    questions: Sequence[Any],
+    count: int,
+    read_group: Callable[[int, tuple[str, ...], list[int], list[dict[str, Any]]], Sequence[Mapping[str, Any]]],
+) -> tuple[list[dict[str, Any]], list[dict[str, dict[str, Any]]]]:
+    """Read `count` items stage by stage, the one loop every engine's staged read goes through, so a
+    question whose `ask_if` fails is never read, whatever the engine.
+
+    For each read group (numbered from 0 across the stages), `read_group(number, question ids, items,
+    earlier answers)` reads the group's questions that apply to those items (items grouped by which of
+    the group's questions apply to them) and returns, per item, {question id: answer} where an answer
+    carries its name in `.answer`. A stage's reads see only the earlier stages' answers, so an `alone`
+    question is not pulled by its own stage's joint read. Returns, per item, the answers and the skip
+    records of the questions not read."""
+    answers: list[dict[str, Any]] = [{} for _ in range(count)]
+    skipped: list[dict[str, dict[str, Any]]] = [{} for _ in range(count)]
+    by_id = {q.id: q for q in questions}
+    number = 0
+    for stage in read_groups(questions):
+        before = [dict(a) for a in answers]
+        for group in stage:
+            asked: dict[tuple[str, ...], list[int]] = {}  # the group's applicable questions -> items
+            for i in range(count):
+                known = {qid: a.answer for qid, a in before[i].items()}
+                wanted = []
+                for qid in group:
+                    record = skip_record(by_id[qid], known)
+                    if record is None:
+                        wanted.append(qid)
+                    else:
+                        skipped[i][qid] = record
+                if wanted:
+                    asked.setdefault(tuple(wanted), []).append(i)
+            for qids, items in asked.items():
+                got = read_group(number, qids, items, [before[i] for i in items])
+                for i, group_answers in zip(items, got):
+                    answers[i].update(group_answers)
+            number += 1
+    return answers, skipped
