@@ -135,6 +135,15 @@ def model_passes(questions: Sequence[Any], span_read_passes: int = 1) -> int:
     return label_reads + span_read_passes * sum(1 for q in questions if is_span(q))
 
 
+def waiting_on(questions: Sequence[Any], qid: str) -> list[Any]:
+    """The questions that wait for `qid`, directly or through others, in schema order: the ones an answer
+    to `qid` can ask or drop."""
+    later: set[str] = {qid}
+    for stage in stage_levels(questions):  # a question's parents sit in earlier stages
+        later.update(q.id for q in questions if q.id in stage and set(parents(q)) & later)
+    return [q for q in questions if q.id in later and q.id != qid]
+
+
 def skip_record(question: Any, answers: Mapping[str, str | None]) -> dict[str, Any] | None:
     """Why `question` is not asked given the answers so far (answer names; None or absent when a question
     has none, e.g. it was skipped itself), or None when it applies. The first unmet condition is named."""
