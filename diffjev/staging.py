@@ -9,7 +9,7 @@ slot cannot pull it. The functions here are pure: the engines, services and stud
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from diffjev.errors import SchemaError
 from diffjev.question_types import QUESTION_TYPES
@@ -135,6 +135,15 @@ def model_passes(questions: Sequence[Any], span_read_passes: int = 1) -> int:
     return label_reads + span_read_passes * sum(1 for q in questions if is_span(q))
 
 
+def waiting_on(questions: Sequence[Any], qid: str) -> list[Any]:
+    """The questions that wait for `qid`, directly or through others, in schema order: the ones an answer
+    to `qid` can ask or drop."""
+    later: set[str] = {qid}
+    for stage in stage_levels(questions):  # a question's parents sit in earlier stages
+        later.update(q.id for q in questions if q.id in stage and set(parents(q)) & later)
+    return [q for q in questions if q.id in later and q.id != qid]
+
+
 def skip_record(question: Any, answers: Mapping[str, str | None]) -> dict[str, Any] | None:
     """Why `question` is not asked given the answers so far (answer names; None or absent when a question
     has none, e.g. it was skipped itself), or None when it applies. The first unmet condition is named."""
@@ -158,3 +167,44 @@ def skips(questions: Sequence[Any], answers: Mapping[str, str | None]) -> dict[s
                 out[qid] = record
                 known[qid] = None
     return out
+
+
+def read_in_stages(
+    questions: Sequence[Any],
+    count: int,
+    read_group: Callable[[int, tuple[str, ...], list[int], list[dict[str, Any]]], Sequence[Mapping[str, Any]]],
+) -> tuple[list[dict[str, Any]], list[dict[str, dict[str, Any]]]]:
+    """Read `count` items stage by stage, the one loop every engine's staged read goes through, so a
+    question whose `ask_if` fails is never read, whatever the engine.
+
+    For each read group (numbered from 0 across the stages), `read_group(number, question ids, items,
+    earlier answers)` reads the group's questions that apply to those items (items grouped by which of
+    the group's questions apply to them) and returns, per item, {question id: answer} where an answer
+    carries its name in `.answer`. A stage's reads see only the earlier stages' answers, so an `alone`
+    question is not pulled by its own stage's joint read. Returns, per item, the answers and the skip
+    records of the questions not read."""
+    answers: list[dict[str, Any]] = [{} for _ in range(count)]
+    skipped: list[dict[str, dict[str, Any]]] = [{} for _ in range(count)]
+    by_id = {q.id: q for q in questions}
+    number = 0
+    for stage in read_groups(questions):
+        before = [dict(a) for a in answers]
+        for group in stage:
+            asked: dict[tuple[str, ...], list[int]] = {}  # the group's applicable questions -> items
+            for i in range(count):
+                known = {qid: a.answer for qid, a in before[i].items()}
+                wanted = []
+                for qid in group:
+                    record = skip_record(by_id[qid], known)
+                    if record is None:
+                        wanted.append(qid)
+                    else:
+                        skipped[i][qid] = record
+                if wanted:
+                    asked.setdefault(tuple(wanted), []).append(i)
+            for qids, items in asked.items():
+                got = read_group(number, qids, items, [before[i] for i in items])
+                for i, group_answers in zip(items, got):
+                    answers[i].update(group_answers)
+            number += 1
+    return answers, skipped

@@ -697,6 +697,62 @@ def of_run(run_id: int | None, suggestion: Any = Suggestion) -> Any:
     return suggestion.run_id == run_id if run_id is not None else suggestion.is_current
 
 
+def current_answer(item_id_column: Any, question_id: int, annotator: str, run_id: int | None) -> Any:
+    """SQL: an item's current answer to a question, as the annotator's card stands: their own settled
+    answer (NULL where they were not asked it), else the model's suggestion (of run `run_id`, or the
+    current one; NULL where the model's read skipped it)."""
+    own = aliased(Response)
+    mine = select(own.value).where(
+        own.item_id == item_id_column,
+        own.question_id == question_id,
+        own.annotator == annotator,
+        own.status.in_(DONE_STATUSES),
+    )
+    model = aliased(Suggestion)
+    suggested = select(model.answer).where(
+        of_run(run_id, model), model.item_id == item_id_column, model.question_id == question_id
+    )
+    return case((mine.exists(), mine.limit(1).scalar_subquery()), else_=suggested.limit(1).scalar_subquery())
+
+
+def answers_meet(conditions: Sequence[tuple[int, Sequence[str]]], annotator: str, run_id: int | None) -> Any:
+    """For a queue's `applies`: item id column -> SQL condition that each (question id, wanted answers) of
+    a staged question's `ask_if` holds for the item's current answer (see `current_answer`). A question
+    not answered, or not asked itself, meets no condition, so the questions after it drop out too."""
+
+    def applies(item_id_column: Any) -> Any:
+        return and_(
+            *[current_answer(item_id_column, row, annotator, run_id).in_(list(wanted)) for row, wanted in conditions]
+        )
+
+    return applies
+
+
+def current_answers(
+    session: Session, item_id: int, question_rows: dict[str, int], annotator: str, run_id: int | None = None
+) -> dict[str, str | None]:
+    """question key -> an item's current answer, as `current_answer` reads it, for the given questions."""
+    rows = list(question_rows.values())
+    mine = dict(
+        session.execute(
+            select(Response.question_id, Response.value).where(
+                Response.item_id == item_id,
+                Response.question_id.in_(rows),
+                Response.annotator == annotator,
+                Response.status.in_(DONE_STATUSES),
+            )
+        ).all()
+    )
+    suggested = dict(
+        session.execute(
+            select(Suggestion.question_id, Suggestion.answer).where(
+                of_run(run_id), Suggestion.item_id == item_id, Suggestion.question_id.in_(rows)
+            )
+        ).all()
+    )
+    return {key: mine[row] if row in mine else suggested.get(row) for key, row in question_rows.items()}
+
+
 def next_in_queue(
     session: Session,
     run_id: int | None,
@@ -705,6 +761,7 @@ def next_in_queue(
     exclude: Iterable[int] = (),
     start_at: int | None = None,
     shares: Sequence[tuple[int, int]] | None = None,
+    applies: Any = None,
 ) -> int | None:
     """The next open item for one question of one run (None: of each item's current suggestion), by the
     strategy's order; with `start_at`, the first open item at or after that id (wrapping around), which
@@ -712,7 +769,7 @@ def next_in_queue(
     if strategy not in QUEUE_ORDER:
         raise ValueError(f"unknown queue {strategy!r}; choose one of {', '.join(QUEUE_ORDER)}")
     query = select(Suggestion.item_id).where(of_run(run_id), Suggestion.question_id == question_id, Suggestion.is_open)
-    query = narrowed(query, Suggestion.item_id, exclude, shares)
+    query = narrowed(query, Suggestion.item_id, exclude, shares, applies)
     if start_at is not None:
         found = session.scalar(query.where(Suggestion.item_id >= start_at).order_by(Suggestion.item_id).limit(1))
         return found if found is not None else session.scalar(query.order_by(Suggestion.item_id).limit(1))
@@ -727,6 +784,7 @@ def open_candidates(
     exclude: Iterable[int],
     limit: int,
     shares: Sequence[tuple[int, int]] | None = None,
+    applies: Any = None,
 ) -> list[tuple[int, str]]:
     """(item id, text) of the first open items by a strategy's order."""
     query = (
@@ -734,7 +792,7 @@ def open_candidates(
         .join(Item, Item.id == Suggestion.item_id)
         .where(of_run(run_id), Suggestion.question_id == question_id, Suggestion.is_open)
     )
-    query = narrowed(query, Suggestion.item_id, exclude, shares)
+    query = narrowed(query, Suggestion.item_id, exclude, shares, applies)
     return [tuple(r) for r in session.execute(query.order_by(QUEUE_ORDER[strategy], Suggestion.item_id).limit(limit))]
 
 
@@ -763,6 +821,7 @@ def next_run_disagreement(
     question_id: int,
     exclude: Iterable[int],
     shares: Sequence[tuple[int, int]] | None = None,
+    applies: Any = None,
 ) -> int | None:
     """The least confident open item on which two runs give different answers."""
     other = aliased(Suggestion)
@@ -781,7 +840,7 @@ def next_run_disagreement(
             Suggestion.answer != other.answer,
         )
     )
-    query = narrowed(query, Suggestion.item_id, exclude, shares)
+    query = narrowed(query, Suggestion.item_id, exclude, shares, applies)
     return session.scalar(query.order_by(Suggestion.confidence, Suggestion.item_id).limit(1))
 
 
@@ -792,6 +851,7 @@ def next_human_disagreement(
     annotator: str,
     exclude: Iterable[int],
     shares: Sequence[tuple[int, int]] | None = None,
+    applies: Any = None,
 ) -> int | None:
     """An item another annotator answered differently from the model, that this annotator has not answered:
     a second opinion where the first human and the model disagree."""
@@ -811,7 +871,7 @@ def next_human_disagreement(
             ~mine.exists(),
         )
     )
-    query = narrowed(query, Suggestion.item_id, exclude, shares)
+    query = narrowed(query, Suggestion.item_id, exclude, shares, applies)
     return session.scalar(query.order_by(Suggestion.item_id).limit(1))
 
 
@@ -823,6 +883,7 @@ def next_overlap(
     share_percent: int,
     exclude: Iterable[int],
     shares: Sequence[tuple[int, int]] | None = None,
+    applies: Any = None,
 ) -> int | None:
     """An item in the double-annotation share (a fixed hash of its id below the share) that exactly one
     other annotator has answered and this one has not: the second answer for agreement."""
@@ -844,7 +905,7 @@ def next_overlap(
         .group_by(Response.item_id)
         .having(func.count() == 1)
     )
-    query = narrowed(query, Response.item_id, exclude, shares)
+    query = narrowed(query, Response.item_id, exclude, shares, applies)
     return session.scalar(query.order_by(Response.item_id).limit(1))
 
 
@@ -855,6 +916,7 @@ def next_changed_since_seen(
     since,
     exclude: Iterable[int],
     shares: Sequence[tuple[int, int]] | None = None,
+    applies: Any = None,
 ) -> int | None:
     """An answered item whose suggestion in this run differs from the one the human saw, not looked at
     again since this run started: a second look after a new run."""
@@ -876,7 +938,7 @@ def next_changed_since_seen(
             Response.updated_at < since,
         )
     )
-    query = narrowed(query, Response.item_id, exclude, shares)
+    query = narrowed(query, Response.item_id, exclude, shares, applies)
     return session.scalar(query.order_by(Response.item_id).limit(1))
 
 
@@ -891,13 +953,14 @@ def next_unlabeled_item(
     question_id: int,
     exclude: Iterable[int] = (),
     shares: Sequence[tuple[int, int]] | None = None,
+    applies: Any = None,
 ) -> int | None:
     """Without a run, the first item in id order that nobody has answered for this question."""
     answered = select(Response.id).where(
         Response.item_id == Item.id, Response.question_id == question_id, Response.status.in_(DONE_STATUSES)
     )
     query = select(Item.id).where(Item.project_id == project_id, ~answered.exists())
-    query = narrowed(query, Item.id, exclude, shares)
+    query = narrowed(query, Item.id, exclude, shares, applies)
     return session.scalar(query.order_by(Item.id).limit(1))
 
 
@@ -1518,8 +1581,17 @@ def in_shares(item_id_column: Any, shares: Sequence[tuple[int, int]]) -> Any:
     return or_(*[and_(item_id_column % 100 >= low, item_id_column % 100 < high) for low, high in shares])
 
 
-def narrowed(query: Any, item_id_column: Any, exclude: Iterable[int], shares: Sequence[tuple[int, int]] | None) -> Any:
-    """A queue's query without the excluded items and, for an annotator with assignments, inside their shares."""
+def narrowed(
+    query: Any,
+    item_id_column: Any,
+    exclude: Iterable[int],
+    shares: Sequence[tuple[int, int]] | None,
+    applies: Any = None,
+) -> Any:
+    """A queue's query without the excluded items and, for an annotator with assignments, inside their
+    shares; with `applies` (item id column -> condition, see `answers_meet`), only the items it holds for."""
+    if applies is not None:
+        query = query.where(applies(item_id_column))
     exclude = list(exclude)
     if exclude:
         query = query.where(item_id_column.not_in(exclude))

@@ -16,12 +16,12 @@ import copy
 import dataclasses
 import math
 import time
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
 from diffjev.canvas import Canvas, CanvasBuilder, DEFAULT_MAX_WIDTH, ModelFormat, render_state
-from diffjev.decide import Decision, SlotRead, decide
+from diffjev.decide import Answer, Decision, SlotRead, aggregate, slot_distribution
 from diffjev.engines._torch import batched_by_shape, head_logprobs, resolve_device, slot_reads
 from diffjev.engines.base import CanvasEngine, EngineError, prompt_token_limit
 from diffjev.models import (
@@ -33,6 +33,7 @@ from diffjev.models import (
     offline_gemma_tokenizer,
 )
 from diffjev.schema import Question, Schema
+from diffjev.staging import is_staged, read_in_stages
 
 MODES = ("single", "sequential", "options")
 OFFLINE_MODE = "options"
@@ -101,6 +102,12 @@ class AutoregressiveEngine(CanvasEngine):
     def check_schema(self, schema: Schema) -> None:
         if self.mode != "options":  # the options read puts no canvas, so no template, on the model
             super().check_schema(schema)
+        elif schema.slot_part() is not schema:
+            raise EngineError(f"the {self.name} engine cannot read span questions; use a diffusion engine")
+
+    def passes_per_group(self, schema: Schema, qids: Sequence[str]) -> int:
+        # A sequential read takes one pass per slot it reads: a group's canvas reads only the group's.
+        return len(qids) if self.mode == "sequential" else self.passes_per_canvas(schema)
 
     @property
     def draws_vary(self) -> bool:
@@ -113,29 +120,46 @@ class AutoregressiveEngine(CanvasEngine):
         return [self._decide_options(schema, state) for state in states]
 
     def _decide_options(self, schema: Schema, state: Any) -> Decision:
+        """One item read question group by question group through the shared staged loop (a schema without
+        stages is one group): a question whose `ask_if` fails is not read, and a later stage's prompt
+        restates the earlier answers, since no canvas carries them."""
         started = time.perf_counter()
         text, truncated = self.builder.fit_state(schema, render_state(state))
-        tokens = OptionsRead(self, schema, text)
+        prior = self._prior(schema)
         built = time.perf_counter()
-        reads = calibrated(self.read_options(tokens), self._prior(schema))
+        reads: list[tuple[OptionsRead, list[str]]] = []  # each group's tokens and the answers it restated
+
+        def read_group(number: int, qids: tuple[str, ...], items: list[int], earlier: list[dict[str, Answer]]):
+            restated = {qid: answer.answer for qid, answer in earlier[0].items()}
+            tokens = OptionsRead(self, schema, text, qids, restated)
+            scored = calibrated(self.read_options(tokens), prior)
+            reads.append((tokens, list(restated)))
+            return [{qid: _options_answer(schema.question(qid), scored[qid]) for qid in qids}]
+
+        answers, skipped = read_in_stages(schema.questions, 1, read_group)
         finished = time.perf_counter()
-        label_keys = {q.id: tuple(range(len(q.alternatives))) for q in schema.questions}
+        first = reads[0][0]
         diagnostics = {
             "engine": self.name,
             "model": self.model_name,
             "reading": "options, each question with its own prompt, whole option names scored",
             "chat_template": self.instruction_tuned,
-            "prompt_ids": tokens.prompts[schema.questions[0].id][: tokens.shared],
-            "question_ids": {qid: ids[tokens.shared :] for qid, ids in tokens.prompts.items()},
-            "option_ids": tokens.options,
+            "prompt_ids": next(iter(first.prompts.values()))[: first.shared],
+            "question_ids": {qid: ids[t.shared :] for t, _ in reads for qid, ids in t.prompts.items()},
+            "option_ids": {qid: ids for t, _ in reads for qid, ids in t.options.items()},
             "draws": 1,
-            "model_passes": self.passes_per_canvas(schema),
+            "model_passes": len(reads) * self.passes_per_canvas(schema),
             "sampling": dataclasses.asdict(schema.sampling),
             "timing": {"build_s": built - started, "read_s": finished - built, "batch_items": 1},
         }
+        if is_staged(schema.questions):
+            diagnostics["conditioning"] = "restated"
+            diagnostics["stages"] = [{"questions": list(t.prompts), "restated": r} for t, r in reads]
+            diagnostics["skipped"] = {q.id: skipped[0][q.id] for q in schema.questions if q.id in skipped[0]}
         if truncated:
             diagnostics["truncated"] = truncated
-        return Decision(decide(schema, [reads], label_keys), schema, diagnostics)
+        ordered = {q.id: answers[0][q.id] for q in schema.questions if q.id in answers[0]}
+        return Decision(ordered, schema, diagnostics)
 
     def _prior(self, schema: Schema) -> dict[str, SlotRead]:
         """What the model answers each question with no item at all, averaged over content-free texts: its
@@ -231,6 +255,11 @@ class AutoregressiveEngine(CanvasEngine):
         return out
 
 
+def _options_answer(question: Question, read: SlotRead) -> Answer:
+    """A question's answer from its options read: the read's keys are the options' indices."""
+    return aggregate(question, [slot_distribution(question, tuple(range(len(question.alternatives))), read)])
+
+
 def _one_slot(canvas: Canvas, qid: str) -> Canvas:
     import dataclasses
 
@@ -243,10 +272,14 @@ def looks_instruction_tuned(model_name: str) -> bool:
     return name.endswith("-it") or "-it-" in name or "instruct" in name or name.endswith("-chat")
 
 
-def options_prompt(schema: Schema, question: Question, text: str) -> tuple[str, str]:
-    """The item's part of the prompt (shared by every question) and the question's part: its instructions
-    and its options as a list, each with its description where the schema gives one."""
-    shared = "\n\n".join(part for part in (schema.instructions, f"Text:\n{text}") if part) + "\n\n"
+def options_prompt(
+    schema: Schema, question: Question, text: str, restated: Mapping[str, str] | None = None
+) -> tuple[str, str]:
+    """The item's part of the prompt (shared by every question of a read) and the question's part: its
+    instructions and its options as a list, each with its description where the schema gives one. A later
+    stage's read restates the earlier answers (question id: answer) after the text."""
+    earlier = "Earlier answers:\n" + "\n".join(f"- {qid}: {name}" for qid, name in restated.items()) if restated else ""
+    shared = "\n\n".join(part for part in (schema.instructions, f"Text:\n{text}", earlier) if part) + "\n\n"
     options = [f"- {a.name}" + (f" ({a.description})" if a.description else "") for a in question.alternatives]
     own = f"Question: {question.instructions}\nOptions:\n" + "\n".join(options) + "\n"
     return shared, own
@@ -255,12 +288,20 @@ def options_prompt(schema: Schema, question: Question, text: str) -> tuple[str, 
 class OptionsRead:
     """Tokens for one item's options read: per question the prompt ids and each option's continuation ids."""
 
-    def __init__(self, engine: "AutoregressiveEngine", schema: Schema, text: str):
+    def __init__(
+        self,
+        engine: "AutoregressiveEngine",
+        schema: Schema,
+        text: str,
+        qids: Sequence[str] | None = None,
+        restated: Mapping[str, str] | None = None,
+    ):
+        """Questions `qids` (None: every question) with the answers `restated` in their prompts."""
         self.prompts: dict[str, list[int]] = {}
         self.options: dict[str, list[list[int]]] = {}
         tokenizer = engine.tokenizer
-        for q in schema.questions:
-            shared, own = options_prompt(schema, q, text)
+        for q in schema.questions if qids is None else [schema.question(qid) for qid in qids]:
+            shared, own = options_prompt(schema, q, text, restated)
             if engine.instruction_tuned:
                 turn = [{"role": "user", "content": shared + own + "Answer with one option."}]
                 prompt = tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)

@@ -21,7 +21,7 @@ from diffjev.decide import Answer, Decision, SlotRead, aggregate, decide, needs_
 from diffjev.images import ImageState
 from diffjev.schema import Schema
 from diffjev.spans import SpanAnswer, SpanCanvasBuilder, question_seed, read_span_answer
-from diffjev.staging import is_staged, read_groups, skip_record
+from diffjev.staging import is_staged, read_groups, read_in_stages, skip_record
 
 DEFAULT_SEED = 42
 GROUP_SEED_STRIDE = 104729  # read group k of a staged read uses seed + 104729·k, as djev does
@@ -134,8 +134,13 @@ class CanvasEngine(Engine):
     def passes_per_read(self, schema: Schema) -> int:
         """Model passes one draw of an item costs when every question applies: one canvas per read group
         of a staged schema (see diffjev.staging), one canvas otherwise."""
-        groups = sum(len(stage) for stage in read_groups(schema.questions)) if is_staged(schema.questions) else 1
-        return groups * self.passes_per_canvas(schema)
+        if not is_staged(schema.questions):
+            return self.passes_per_canvas(schema)
+        return sum(self.passes_per_group(schema, group) for stage in read_groups(schema.questions) for group in stage)
+
+    def passes_per_group(self, schema: Schema, qids: Sequence[str]) -> int:
+        """Model passes one canvas of a staged read costs when it reads questions `qids` alone."""
+        return self.passes_per_canvas(schema)
 
     def check_schema(self, schema: Schema) -> None:
         self.builder.check(schema)  # a template that does not fit fails before any read is sent
@@ -295,37 +300,18 @@ class CanvasEngine(Engine):
         started = time.perf_counter()
         layout = self.builder.layout(schema)
         base = [self.builder.build(schema, state, draw_seed(seed, 0)) for state in states]
-        answers: list[dict[str, Answer]] = [{} for _ in states]
-        skipped: list[dict[str, dict[str, Any]]] = [{} for _ in states]
         reads_log: list[list[dict[str, Any]]] = [[] for _ in states]
-        group_number = 0
-        for stage in read_groups(schema.questions):
-            # A stage's reads see only earlier stages' answers: an alone question is not pulled by the
-            # answers its own stage's joint read gives.
-            before = [dict(a) for a in answers]
-            for group in stage:
-                group_seed = seed + GROUP_SEED_STRIDE * group_number
-                group_number += 1
-                asked: dict[tuple[str, ...], list[int]] = {}  # the group's applicable questions -> items
-                for i in range(len(states)):
-                    known = {qid: a.answer for qid, a in before[i].items()}
-                    wanted = []
-                    for qid in group:
-                        record = skip_record(schema.question(qid), known)
-                        if record is None:
-                            wanted.append(qid)
-                        else:
-                            skipped[i][qid] = record
-                    if wanted:
-                        asked.setdefault(tuple(wanted), []).append(i)
-                for qids, items in asked.items():
-                    # One read() per set of slots: canvases of a batch carry the same number of slots.
-                    got = self._read_group(
-                        schema, layout, qids, [base[i] for i in items], [before[i] for i in items], group_seed
-                    )
-                    for i, (group_answers, log) in zip(items, got):
-                        answers[i].update(group_answers)
-                        reads_log[i].append(log)
+
+        def read_group(number: int, qids, items: list[int], earlier: list[dict[str, Answer]]):
+            # One read() per set of slots: canvases of a batch carry the same number of slots.
+            got = self._read_group(
+                schema, layout, qids, [base[i] for i in items], earlier, seed + GROUP_SEED_STRIDE * number
+            )
+            for i, (_, log) in zip(items, got):
+                reads_log[i].append(log)
+            return [group_answers for group_answers, _ in got]
+
+        answers, skipped = read_in_stages(schema.questions, len(states), read_group)
         finished = time.perf_counter()
         order = [q.id for q in schema.questions]
         decisions = []
@@ -341,7 +327,7 @@ class CanvasEngine(Engine):
                 "width": canvas.width,
                 "seeds": [s for entry in log for s in entry["seeds"]],
                 "draws": max((len(entry["seeds"]) for entry in log), default=0),
-                "model_passes": sum(len(entry["seeds"]) for entry in log) * self.passes_per_canvas(schema),
+                "model_passes": sum(len(e["seeds"]) * self.passes_per_group(schema, e["questions"]) for e in log),
                 "sampling": dataclasses.asdict(schema.sampling),
                 "conditioning": "prefill",
                 "stages": [{"questions": list(entry["questions"]), "prefilled": entry["prefilled"]} for entry in log],

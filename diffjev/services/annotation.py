@@ -39,7 +39,7 @@ from diffjev import active
 from diffjev import calibration as cal
 from diffjev.schema import Question, Schema
 from diffjev.spans import parse_span_value
-from diffjev.staging import skip_record, skips
+from diffjev.staging import skip_record, skips, waiting_on
 from storage import repo
 from storage.db import Database
 from storage.models import Event, Item, ItemRead, Project, Response, Run, Suggestion, utcnow
@@ -129,6 +129,8 @@ def next_card(
     if shares == []:  # the project gives this annotator other questions only
         return None
     claimed_by_others: list[int] = []  # picked, but another annotator's claim on it won
+    # A staged question's queue holds only the items it applies to, as their answers stand now.
+    applies = _applies(question, rows, annotator, run_id)
 
     def pick(session) -> int | None:
         now = utcnow()
@@ -136,30 +138,36 @@ def next_card(
         if skip_item is not None:
             exclude.append(skip_item)
         if strategy == "skipped":
-            return _next_skipped(session, row, annotator, exclude, shares)
+            return _next_skipped(session, row, annotator, exclude, shares, applies)
         exclude += _skipped_items(session, row, annotator)  # out of this annotator's queues until answered
         if compared is None:  # no run has read anything: items in order
-            item_id = repo.next_unlabeled_item(session, project_id, row, exclude, shares)
+            item_id = repo.next_unlabeled_item(session, project_id, row, exclude, shares, applies)
         elif strategy == "blind":
             span = repo.item_id_range(session, project_id)
             start = random.randint(*span) if span else None
-            item_id = repo.next_in_queue(session, run_id, row, "in_order", exclude, start_at=start, shares=shares)
+            item_id = repo.next_in_queue(
+                session, run_id, row, "in_order", exclude, start_at=start, shares=shares, applies=applies
+            )
         elif strategy == "diverse":
-            item_id = _diverse_pick(session, run_id, row, annotator, exclude, shares)
+            item_id = _diverse_pick(session, run_id, row, annotator, exclude, shares, applies)
         elif strategy == "run_disagreement":
             other = repo.previous_run(session, project_id, compared)
             item_id = (
-                None if other is None else repo.next_run_disagreement(session, compared, other, row, exclude, shares)
+                None
+                if other is None
+                else repo.next_run_disagreement(session, compared, other, row, exclude, shares, applies)
             )
         elif strategy == "second_opinion":
-            item_id = repo.next_human_disagreement(session, run_id, row, annotator, exclude, shares)
+            item_id = repo.next_human_disagreement(session, run_id, row, annotator, exclude, shares, applies)
         elif strategy == "overlap":
-            item_id = repo.next_overlap(session, project_id, row, annotator, overlap_percent(), exclude, shares)
+            item_id = repo.next_overlap(
+                session, project_id, row, annotator, overlap_percent(), exclude, shares, applies
+            )
         elif strategy == "changed":
             since = repo.get_run(session, compared, project_id).started_at
-            item_id = repo.next_changed_since_seen(session, compared, row, since, exclude, shares)
+            item_id = repo.next_changed_since_seen(session, compared, row, since, exclude, shares, applies)
         else:
-            item_id = repo.next_in_queue(session, run_id, row, strategy, exclude, shares=shares)
+            item_id = repo.next_in_queue(session, run_id, row, strategy, exclude, shares=shares, applies=applies)
         return item_id
 
     def claim(session) -> int | None:
@@ -177,6 +185,14 @@ def next_card(
         return None
     shown_run = compared if strategy in ("run_disagreement", "changed") else run_id
     return load_card(db, project_id, item_id, question, row, shown_run, annotator, blind=strategy == "blind")
+
+
+def _applies(question: Question, rows: dict[str, int], annotator: str, run_id: int | None) -> Any:
+    """The queue condition of a staged question (None for one asked of every item): each question its
+    `ask_if` names has, on the item, an answer it wants: this annotator's, else the model's."""
+    if not question.ask_if:
+        return None
+    return repo.answers_meet([(rows[other], wanted) for other, wanted in question.ask_if], annotator, run_id)
 
 
 def assigned_shares(db: Database, project_id: int, annotator: str, question_key: str) -> list[tuple[int, int]] | None:
@@ -226,15 +242,19 @@ def _open_skips(row: int, annotator: str):
     )
 
 
-def _next_skipped(session, row: int, annotator: str, exclude: list[int], shares=None) -> int | None:
+def _next_skipped(session, row: int, annotator: str, exclude: list[int], shares=None, applies=None) -> int | None:
     """The item this annotator skipped longest ago (skipping it again sends it to the end)."""
-    query = repo.narrowed(_open_skips(row, annotator), Response.item_id, exclude, shares)
+    query = repo.narrowed(_open_skips(row, annotator), Response.item_id, exclude, shares, applies)
     return session.scalar(query.limit(1))
 
 
-def _diverse_pick(session, run_id: int, row: int, annotator: str, exclude: list[int], shares=None) -> int | None:
+def _diverse_pick(
+    session, run_id: int, row: int, annotator: str, exclude: list[int], shares=None, applies=None
+) -> int | None:
     """The most uncertain candidate from a cluster this annotator has not seen in their last answers."""
-    candidates = repo.open_candidates(session, run_id, row, "least_confidence", exclude, DIVERSE_CANDIDATES, shares)
+    candidates = repo.open_candidates(
+        session, run_id, row, "least_confidence", exclude, DIVERSE_CANDIDATES, shares, applies
+    )
     if not candidates:
         return None
     recent = repo.recent_texts(session, row, annotator, DIVERSE_CLUSTERS - 1)
@@ -335,6 +355,8 @@ def answer(
             expected_revision=card.revision,
         )
         repo.release_lease(session, card.item_id, card.question_row, annotator)
+        if status == "submitted":
+            _drop_later_questions(session, card, annotator)
         return response.id
 
     try:
@@ -345,6 +367,36 @@ def answer(
             f"item {card.external_id or card.item_id} was removed from the project (its import was undone or "
             f"it was deleted); nothing was stored for it"
         ) from None
+
+
+def _drop_later_questions(session, card: Card, annotator: str) -> None:
+    """After an answer in the one-question view, each later staged question the item's answers no longer
+    ask is stored as `not_asked` for the annotator, with why: as the item view does on Enter, so the
+    question leaves its queue and the export says why it has no label."""
+    schema, rows = repo.version_schema(repo.latest_version(session, card.project_id))
+    later = waiting_on(schema.questions, card.question.id)
+    if not later:
+        return
+    dropped = skips(schema.questions, repo.current_answers(session, card.item_id, rows, annotator))
+    for question in later:
+        record = dropped.get(question.id)
+        if record is None:
+            continue
+        mine = session.scalar(
+            select(Response).where(
+                Response.item_id == card.item_id,
+                Response.question_id == rows[question.id],
+                Response.annotator == annotator,
+            )
+        )
+        if mine is not None and mine.status == "not_asked" and (mine.detail or {}).get("skipped") == record:
+            continue  # already stored with this reason
+        repo.respond(
+            session,
+            repo.ResponseInput(
+                card.item_id, rows[question.id], annotator, None, "manual", "not_asked", detail={"skipped": record}
+            ),
+        )
 
 
 def undo_mark(db: Database, project_id: int) -> int:

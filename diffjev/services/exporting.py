@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import orjson
 
 from diffjev.images import EXTENSION_BY_MIME
 from diffjev.io import SourceError, atomic_path, write_export
+from diffjev.schema import Question
 from diffjev.spans import parse_span_value
+from diffjev.staging import skips
 from storage import images as image_store
 from storage import repo
 from storage.db import Database
@@ -211,7 +213,7 @@ def export_project(
     if span_kinds:
         batches = _with_spans(batches, span_kinds)
     if staged:
-        batches = _with_skips(db, question_rows, staged, annotator, batches)
+        batches = _with_skips(db, schema.questions, question_rows, staged, annotator, batches)
     escape = csv_escape_setting() if csv_escape is None else csv_escape
     if image == "path":  # the images' folder is moved into place with the export, or not at all
         folder = images_folder(target)
@@ -338,23 +340,35 @@ def _spans(value: str | None, text: str, kind: str) -> list[dict[str, Any]] | No
 
 def _with_skips(
     db: Database,
+    questions: Sequence[Question],
     question_rows: dict[str, int],
     staged: frozenset[str],
     annotator: str | None,
     batches: Iterator[dict[str, list]],
 ) -> Iterator[dict[str, list]]:
-    """Each batch with `<q>_skipped` for the staged questions: the record of the latest `not_asked`
-    response of an item that has no answer to `q` (a skip, not a missing label)."""
+    """Each batch with `<q>_skipped` for the staged questions without a label: the record of the latest
+    `not_asked` response, else the one the row's final answers imply (each question's label, else the
+    model's answer), so a question the model's read skipped, or that a person's later answer no longer
+    asks, is exported as a skip, never as a missing label."""
     for batch in batches:
         ids = batch["item_id"]
         with db.read() as session:
             records = repo.not_asked_for(session, ids[0], ids[-1], [question_rows[q] for q in staged], annotator)
+        implied = [skips(questions, _final_answers(batch, questions, i)) for i in range(len(ids))]
         for q in sorted(staged, key=list(question_rows).index):
             row = question_rows[q]
             batch[f"{q}_skipped"] = [
-                records.get((item_id, row)) if value is None else None for item_id, value in zip(ids, batch[q])
+                None if value is not None else records.get((item_id, row)) or implied[i].get(q)
+                for i, (item_id, value) in enumerate(zip(ids, batch[q]))
             ]
         yield batch
+
+
+def _final_answers(batch: dict[str, list], questions: Sequence[Question], index: int) -> dict[str, str | None]:
+    """One row's answers as the export gives them: the label where there is one, else the model's."""
+    return {
+        q.id: batch[q.id][index] if batch[q.id][index] is not None else batch[f"{q.id}_model"][index] for q in questions
+    }
 
 
 def _push(target: str | os.PathLike, repo_id: str, token: str) -> None:
