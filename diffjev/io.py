@@ -26,6 +26,7 @@ import re
 import shutil
 import sys
 import tempfile
+import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -675,15 +676,34 @@ def write_export(
     try:
         return _write_export(batches, target, fmt, arrow_schema, on_batch, csv_escape)
     except OSError as exc:
-        # Arrow's writer reports a full disk with no errno, only in its message.
-        full = "No space left on device" in str(exc)
-        if not full and exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EROFS):
-            raise
-        reason = "no space left on device" if full or exc.errno == errno.ENOSPC else exc.strerror
-        raise ExportError(
-            f"the export could not be written to {target}: {reason}. Nothing was written under "
-            f"that name; free some space or choose another folder"
-        ) from None
+        raise _export_error(exc, target) from None
+
+
+def _export_error(exc: OSError, target: str | os.PathLike) -> ExportError:
+    """A disk's refusal (full, read-only, not ours) as the ExportError that says so; any other error as is."""
+    # Arrow's writer reports a full disk with no errno, only in its message.
+    full = "No space left on device" in str(exc)
+    if not full and exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EROFS):
+        raise exc
+    reason = "no space left on device" if full or exc.errno == errno.ENOSPC else exc.strerror
+    return ExportError(
+        f"the export could not be written to {target}: {reason}. Nothing was written under "
+        f"that name; free some space or choose another folder"
+    )
+
+
+def write_zip(target: str | os.PathLike, entries: dict[str, Path]) -> None:
+    """One .zip at `target`, atomically, holding each entry under its name: a file, or a folder with every
+    file under it (named by its path inside the folder). A failure leaves nothing under `target`."""
+    try:
+        with atomic_path(target) as temp, zipfile.ZipFile(temp, "w", zipfile.ZIP_DEFLATED) as archive:
+            for name, path in entries.items():
+                archive.write(path, name)
+                if path.is_dir():
+                    for inner in sorted(path.rglob("*")):
+                        archive.write(inner, f"{name}/{inner.relative_to(path).as_posix()}")
+    except OSError as exc:
+        raise _export_error(exc, target) from None
 
 
 def _write_export(

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import datasets
+import pytest
 import pyarrow.parquet as pq
 from PIL import Image as PILImage
 
@@ -92,3 +93,23 @@ def test_a_project_without_images_exports_no_image_column(tmp_path):
     )
     assert "image" not in json.loads((tmp_path / "x.jsonl").read_text())
     assert not (tmp_path / "x_images").exists()
+
+
+def test_zipping_an_export_that_fails_midway_leaves_no_zip_behind(tmp_path):
+    from diffjev.services.exporting import download_of
+
+    target = tmp_path / "labeled.csv"
+    target.write_text("item_id,image\n1,labeled_images/a.png\n2,labeled_images/b.png\n")
+    (tmp_path / "labeled_images").mkdir()
+    (tmp_path / "labeled_images" / "a.png").write_bytes(png((255, 0, 0)))
+    (tmp_path / "labeled_images" / "b.png").symlink_to(tmp_path / "gone.png")  # unreadable: the zip fails on it
+    with pytest.raises(OSError):
+        download_of(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["labeled.csv", "labeled_images"]
+    (tmp_path / "labeled_images" / "b.png").unlink()
+    (tmp_path / "labeled_images" / "b.png").write_bytes(png((0, 0, 255)))
+    archive = download_of(target)
+    assert archive == tmp_path / "labeled.csv.zip"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["labeled.csv", "labeled.csv.zip", "labeled_images"]
+    (tmp_path / "alone.csv").write_text("item_id\n1\n")
+    assert download_of(tmp_path / "alone.csv") == tmp_path / "alone.csv"  # no images folder: the file itself

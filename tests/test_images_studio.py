@@ -2,12 +2,21 @@
 studio's import folder only (never beside the upload, never outside the folder), and the report names each
 refused row."""
 
+import csv
 import html
 import io
+import json
+import re
+import zipfile
 
+import datasets
+import httpx
+import pandas as pd
+import pyarrow.parquet as pq
 from gradio_client import Client, handle_file
 from PIL import Image as PILImage
 
+from diffjev.services.importing import import_items
 from storage import repo
 from storage.models import Image, Item
 from studio_fixtures import serve_studio, studio_db
@@ -50,3 +59,81 @@ def test_an_uploads_image_paths_resolve_inside_the_import_folder_only(tmp_path, 
         images = session.query(Image).filter_by(project_id=pid).all()
     assert shown["none"] is None and [i.sha256 for i in images] == [shown["red"]]
     assert bytes(images[0].data) == png((255, 0, 0))
+
+
+# Exporting a project with images from the studio ---------------------------------------------------------------
+
+USERS = [("alice", "a-secret"), ("bob", "b-secret")]
+
+
+def logged_in(server, user) -> httpx.Client:
+    http = httpx.Client(base_url=server.url, timeout=60)
+    assert http.post("/login", data={"username": user[0], "password": user[1]}).status_code == 200
+    return http
+
+
+def exported(http: httpx.Client, fmt: str) -> tuple[str, dict]:
+    """Press Export the way the page does: (the note shown, the download button's value) or the error."""
+    started = http.post("/gradio_api/call/export", json={"data": [fmt, False, ""]})
+    assert started.status_code == 200, started.text
+    answer = http.get(f"/gradio_api/call/export/{started.json()['event_id']}").text
+    assert "event: complete" in answer, answer
+    note, download = json.loads(answer.split("data: ", 1)[1])
+    return note, download["value"]
+
+
+def test_a_studio_export_of_a_project_with_images_downloads_every_image(tmp_path, dgemma_engine):
+    red, blue = png((255, 0, 0)), png((0, 0, 255))
+    shots = tmp_path / "shots"
+    shots.mkdir()
+    (shots / "red.png").write_bytes(red)
+    (shots / "blue.png").write_bytes(blue)
+    db = studio_db(tmp_path / "studio.db", ["a first ticket"])
+    rows = pd.DataFrame({"text": ["red", "blue", "red again"], "shot": ["red.png", "blue.png", "red.png"]})
+    import_items(db, "tickets", rows, image_field="shot", image_folder=shots)
+    expected = {"a first ticket": None, "red": red, "blue": blue, "red again": red}
+    with db.session() as session:
+        repo.set_members(session, "tickets", ["alice"], "owner")
+    server, studio = serve_studio(db, dgemma_engine, auth=USERS)
+    with server:
+        alice = logged_in(server, USERS[0])
+        for fmt in ("csv", "jsonl"):
+            note, download = exported(alice, fmt)
+            assert download["orig_name"].endswith(f".{fmt}.zip"), download
+            got = alice.get(download["url"])
+            assert got.status_code == 200
+            assert re.search(r"/[0-9a-f]{64}/", download["url"]), download["url"]  # Gradio's keyed hash
+            assert httpx.get(download["url"]).status_code in (401, 403)  # not without a login
+            unzipped = tmp_path / f"unzipped-{fmt}"
+            with zipfile.ZipFile(io.BytesIO(got.content)) as archive:
+                archive.extractall(unzipped)
+            [table] = list(unzipped.glob(f"*.{fmt}"))
+            if fmt == "csv":
+                with open(table, newline="") as f:
+                    records = list(csv.DictReader(f))
+            else:
+                records = [json.loads(line) for line in table.read_text().splitlines()]
+            paths = {r["text"]: r["image"] or None for r in records}
+            assert {text: (unzipped / p).read_bytes() if p else None for text, p in paths.items()} == expected
+            assert paths["red"].startswith(f"{table.stem}_images/")
+            shown = html.unescape(note)  # as the page shows it
+            assert (
+                "Exported 4 items" in shown and f"one .zip holding {table.name} and its {table.stem}_images/" in shown
+            )
+            assert len(list((unzipped / f"{table.stem}_images").iterdir())) == 2  # each image once
+            assert sorted(p.name for p in unzipped.iterdir()) == sorted([table.name, f"{table.stem}_images"])
+        note, download = exported(alice, "parquet")
+        assert download["orig_name"].endswith(".parquet") and "Exported 4 items" in note
+        table = pq.read_table(io.BytesIO(alice.get(download["url"]).content)).to_pylist()
+        assert {r["text"]: (r["image"] or {}).get("bytes") for r in table} == expected
+        note, download = exported(alice, "hf")
+        assert download["orig_name"].endswith(".zip") and "Exported 4 items" in note
+        with zipfile.ZipFile(io.BytesIO(alice.get(download["url"]).content)) as archive:
+            archive.extractall(tmp_path / "unzipped-hf")
+        loaded = {r["text"]: r["image"] for r in datasets.load_from_disk(str(tmp_path / "unzipped-hf"))}
+        assert loaded["a first ticket"] is None and loaded["blue"].getpixel((0, 0)) == (0, 0, 255)
+        for written in studio.export_dir.rglob("*"):  # where the studio wrote them is never served
+            assert alice.get(f"/gradio_api/file={written}").status_code in (403, 404)
+        refused = httpx.post(f"{server.url}/login", data={"username": "bob", "password": "b-secret"})
+        assert refused.status_code == 403  # not a member of the project: no page, no export, no download
+    assert not list(studio.export_dir.rglob("*.partial"))

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator, Sequence
 import orjson
 
 from diffjev.images import EXTENSION_BY_MIME
-from diffjev.io import SourceError, atomic_path, write_export
+from diffjev.io import SourceError, atomic_path, write_export, write_zip
 from diffjev.schema import Question
 from diffjev.spans import parse_span_value
 from diffjev.staging import skips
@@ -138,6 +138,23 @@ def images_folder(target: str | os.PathLike) -> Path:
     """Where a JSONL or CSV export's images go: `labeled_images/` beside `labeled.csv`."""
     target = Path(target)
     return target.with_name(f"{target.stem}_images")
+
+
+def download_of(target: str | os.PathLike) -> Path:
+    """What a browser is handed for a written export: the file itself, or one .zip beside it where the export
+    is more than one file. A Hugging Face dataset is a folder; a JSONL or CSV export with images is the file
+    and its images folder, zipped side by side so that unzipping gives the pair its relative `image` paths
+    name. Called once the export is written: it packages the files, whatever wrote them."""
+    target = Path(target)
+    if target.is_dir():
+        entries = {path.name: path for path in sorted(target.iterdir())}
+    elif images_folder(target).is_dir():
+        entries = {target.name: target, images_folder(target).name: images_folder(target)}
+    else:
+        return target
+    archive = target.with_name(f"{target.name}.zip")
+    write_zip(archive, entries)
+    return archive
 
 
 def _add_images(

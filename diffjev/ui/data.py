@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from diffjev.engines.base import EngineError
 from diffjev.io import ExportError, Peek, SourceError, peek
 from diffjev.models import ModelLoadError
 from diffjev.services.engine_access import studio_engine_choice
-from diffjev.services.exporting import export_project
+from diffjev.services.exporting import download_of, export_project, images_folder
 from diffjev.schema import SchemaError
 from diffjev.services import prelabel as runs
 from diffjev.services.importing import (
@@ -525,6 +524,18 @@ def build_prelabel(studio: Studio) -> None:
     )
 
 
+def export_note(count: int, target: Path, download: Path) -> str:
+    """What the page says of a written export: how many items, and, for a file zipped with its images,
+    that the download holds both and that they belong side by side."""
+    note = f"Exported {count} items."
+    if target.is_file() and download != target:
+        note += (
+            f" The download is one .zip holding {md_text(target.name)} and its {md_text(images_folder(target).name)}/"
+            " folder, whose files the `image` column names by relative path: unzip it and keep the two side by side."
+        )
+    return note
+
+
 def build_export(studio: Studio) -> None:
     with gr.Row():
         fmt = gr.Dropdown(["jsonl", "csv", "parquet", "hf"], value="jsonl", label="Format", elem_id="export-format")
@@ -551,11 +562,10 @@ def build_export(studio: Studio) -> None:
                 reviewed_only=reviewed_only,
                 actor=scope.user,
             )
+            download = download_of(target)  # a dataset folder, or a file with its images: one zip
         except (SourceError, ExportError, repo.NotFound) as exc:
             return f"⚠️ {md_text(str(exc))}", gr.update(visible=False)
-        if fmt_name == "hf":  # a dataset is a folder: hand it over as one zip
-            target = Path(shutil.make_archive(str(target), "zip", target))
-        return f"Exported {count} items.", gr.update(value=str(target), visible=True)
+        return export_note(count, target, download), gr.update(value=str(download), visible=True)
 
     def runs_listed(request: gr.Request) -> Any:
         return gr.update(choices=run_choices(studio, studio.scope(request)), value=LATEST)
