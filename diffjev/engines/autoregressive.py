@@ -15,7 +15,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import re
 import time
+import unicodedata
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -33,6 +35,7 @@ from diffjev.models import (
     offline_gemma_tokenizer,
 )
 from diffjev.schema import Question, Schema
+from diffjev.spans import Span, SpanAnswer
 from diffjev.staging import is_staged, read_in_stages
 
 MODES = ("single", "sequential", "options")
@@ -217,6 +220,68 @@ class AutoregressiveEngine(CanvasEngine):
         argmax = next((i for i, o in enumerate(options) if o[0] == top), -1)
         return SlotRead(dict(enumerate(totals)), argmax)
 
+    def read_span(self, question: Any, text: str, schema_instructions: str | None = None) -> SpanAnswer:
+        """A `span` or `spans` question answered by scoring every candidate substring of `text` (words and
+        punctuation marks as edges, at most the question's `max_tokens` model tokens) as the prompt's
+        continuation, the answer line's end included, against the answer "none". Exact: the answer is a
+        substring of `text` with its offsets. One read, no noise."""
+        started = time.perf_counter()
+        kind = question.kind
+        max_tokens = getattr(question, "max_tokens", None) or SPAN_MAX_TOKENS[kind]
+        prompt, lead, end_id = self._span_prompt(question, text, schema_instructions)
+        rows = span_rows(self.tokenizer, text, lead, max_tokens)
+        none_ids = self.tokenizer(lead + SPAN_NONE, add_special_tokens=False)["input_ids"]
+        row_scores = self._score_span_rows(prompt, [r.ids for r in rows] + [none_ids], end_id)
+        scored = {(r.start, end): scores[k] for r, scores in zip(rows, row_scores) for end, k in r.ends.items()}
+        none_logprob = row_scores[-1][len(none_ids) - 1]
+        spans, confidence, facts = chosen_spans(kind, text, scored, none_logprob, getattr(question, "max_items", None))
+        diagnostics = {
+            "engine": self.name,
+            "model": self.model_name,
+            "reading": "every candidate substring scored as the answer's continuation",
+            "model_passes": 1 + -(-len(row_scores) // self.batch_size),
+            "tokens": len(prompt) + sum(len(ids) + 1 for ids in [r.ids for r in rows] + [none_ids]),
+            "seconds": time.perf_counter() - started,
+            **facts,
+        }
+        return SpanAnswer(question.id, kind, spans, confidence, reads=1, diagnostics=diagnostics)
+
+    def _span_prompt(self, question: Any, text: str, schema_instructions: str | None) -> tuple[list[int], str, int]:
+        """The prompt's ids, what the answer starts with, and the token that ends the answer."""
+        body = span_prompt(question.instructions, text, schema_instructions)
+        if self.instruction_tuned:
+            turn = [{"role": "user", "content": body.removesuffix("\nAnswer:")}]
+            chat = self.tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)
+            return (
+                list(self.tokenizer(chat, add_special_tokens=False)["input_ids"]),
+                "",
+                self.builder.format.turn_close_id,
+            )
+        (end_id,) = self.tokenizer(SPAN_END, add_special_tokens=False)["input_ids"]
+        return list(self.tokenizer(body)["input_ids"]), " ", end_id
+
+    @torch.inference_mode()
+    def _score_span_rows(self, prompt: list[int], rows: list[list[int]], end_id: int) -> list[list[float]]:
+        """For each row of answer tokens, per token k: the logprob of the row's tokens up to k followed by
+        the answer's end. The prompt but its last token is read once and its KV cache shared by every row;
+        the head is applied only at the rows' own positions."""
+        prefix = self.model.model(input_ids=torch.tensor([prompt[:-1]], device=self.device), use_cache=True)
+        out: list[list[float]] = []
+        for first in range(0, len(rows), self.batch_size):
+            batch = [[prompt[-1]] + ids for ids in rows[first : first + self.batch_size]]
+            width = max(len(r) for r in batch)
+            padded = [r + [self.builder.format.pad_id] * (width - len(r)) for r in batch]
+            cache = copy.deepcopy(prefix.past_key_values)
+            cache.batch_repeat_interleave(len(batch))
+            hidden = self.model.model(
+                input_ids=torch.tensor(padded, device=self.device), past_key_values=cache, use_cache=True
+            ).last_hidden_state
+            for r, ids in enumerate(rows[first : first + self.batch_size]):
+                logprobs = head_logprobs(self.model, hidden[r, : len(ids) + 1])
+                written = logprobs[torch.arange(len(ids)), torch.tensor(ids)].cumsum(0)
+                out.append((written + logprobs[1:, end_id]).tolist())
+        return out
+
     def read(self, canvases: Sequence[Canvas]) -> list[dict[str, SlotRead]]:
         if self.mode == "single":
             return batched_by_shape(canvases, self.batch_size, self._read_single)
@@ -353,3 +418,100 @@ def calibrated(reads: dict[str, SlotRead], prior: dict[str, SlotRead]) -> dict[s
         shifted = shifted - torch.logsumexp(shifted, 0) + torch.logsumexp(raw, 0)
         out[qid] = SlotRead(dict(zip(keys, shifted.tolist())), read.argmax)
     return out
+
+
+# Span questions: the autoregressive baseline scores every candidate substring of the item text as the
+# answer's continuation, so its answer is always an exact substring (offsets by construction).
+
+SPAN_MAX_TOKENS = {"span": 24, "spans": 64}  # a span's longest answer in model tokens, as the span read's
+SPAN_NONE = "none"
+SPAN_END = "\n"  # a base model's answer line ends here: a candidate's score includes closing it
+_SPAN_UNIT = re.compile(r"\w+|[^\w\s]")  # a candidate starts and ends at a word or a punctuation mark
+
+
+def joins_previous(char: str) -> bool:
+    """Whether `char` belongs to the character before it (combining mark, emoji modifier, joiner), so a
+    span may not end just before it."""
+    return unicodedata.category(char) in ("Mn", "Mc", "Me", "Sk") or char in "\u200d\ufe0e\ufe0f"
+
+
+def span_boundaries(text: str) -> tuple[list[int], set[int]]:
+    """Where a candidate span may start, and where it may end: at the edges of words and punctuation
+    marks, never inside a character sequence that reads as one (combining marks, emoji with modifiers)."""
+    starts, ends = [], set()
+    for unit in _SPAN_UNIT.finditer(text):
+        if unit.start() == 0 or not (joins_previous(text[unit.start()]) or text[unit.start() - 1] == "\u200d"):
+            starts.append(unit.start())
+        if unit.end() == len(text) or not (joins_previous(text[unit.end()]) or text[unit.end() - 1] == "\u200d"):
+            ends.add(unit.end())
+    return starts, ends
+
+
+def span_prompt(instructions: str, text: str, schema_instructions: str | None = None) -> str:
+    """A span question's prompt for a base model: the text, the question, and the rule that the answer is
+    copied from the text or is "none"."""
+    parts = [
+        schema_instructions,
+        f"Text:\n{text}",
+        f"Question: {instructions}\nCopy the answer from the text word for word, or answer {SPAN_NONE} if the "
+        "text has no answer.\nAnswer:",
+    ]
+    return "\n\n".join(p for p in parts if p)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpanRow:
+    """One row of the span read: the answer written from `start` on, and which of its tokens ends which
+    candidate (candidate end offset -> index of its last token)."""
+
+    start: int
+    ids: list[int]
+    ends: dict[int, int]
+
+
+def span_rows(tokenizer: Any, text: str, lead: str, max_tokens: int) -> list[SpanRow]:
+    """One row per place a span may start: the text from there on, tokenized after `lead` and cut at
+    `max_tokens`; a candidate ends where one of the row's tokens ends at an allowed end. With byte-fallback
+    tokens (several per emoji) the last token ending there is the candidate's last."""
+    starts, ends = span_boundaries(text)
+    rows = []
+    for start in starts:
+        # A token is rarely longer than 32 characters; the tokens past the cut are never read.
+        cut = min(len(text), start + 32 * max_tokens)
+        encoded = tokenizer(lead + text[start:cut], add_special_tokens=False, return_offsets_mapping=True)
+        ids = list(encoded["input_ids"][:max_tokens])
+        row_ends: dict[int, int] = {}
+        for k, (_, char_end) in enumerate(encoded["offset_mapping"][: len(ids)]):
+            end = start + char_end - len(lead)
+            if end > start and end in ends and (end < cut or cut == len(text)):
+                row_ends[end] = k
+        if row_ends:
+            rows.append(SpanRow(start, ids, row_ends))
+    return rows
+
+
+def chosen_spans(
+    kind: str, text: str, scored: dict[tuple[int, int], float], none_logprob: float, max_items: int | None
+) -> tuple[tuple[Span, ...], float, dict[str, float]]:
+    """The answer from every candidate's logprob: each candidate's probability renormalised over the
+    candidates and "none". `span`: the top candidate, or none when "none" is on top. `spans` (an
+    approximation: the candidates are scored as single answers): the top candidate, then each further one
+    not overlapping those taken that the model rates at least as likely as "none", up to `max_items`."""
+    keys = list(scored)
+    logprobs = torch.tensor([scored[k] for k in keys] + [none_logprob])
+    probs = torch.softmax(logprobs, 0).tolist()
+    p_none = probs[-1]
+    mass = float(torch.logsumexp(logprobs, 0).exp())
+    ranked = sorted(zip(keys, probs[:-1]), key=lambda kp: -kp[1])
+    facts = {"candidates": len(keys), "p_none": p_none, "answer_mass": mass}
+    if not ranked or ranked[0][1] <= p_none:
+        return (), p_none, facts
+    taken = [ranked[0]]
+    if kind == "spans":
+        for (start, end), p in ranked[1:]:
+            if max_items is not None and len(taken) >= max_items or p < p_none:
+                break
+            if all(end <= s or start >= e for (s, e), _ in taken):
+                taken.append(((start, end), p))
+    spans = tuple(sorted((Span(s, e, text[s:e], p) for (s, e), p in taken), key=lambda span: span.start))
+    return spans, sum(span.confidence for span in spans) / len(spans), facts
