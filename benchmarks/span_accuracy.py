@@ -244,27 +244,23 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def engines(names: Sequence[str]) -> list[tuple[str, Reader, Any]]:
-    """(row name, reader, model whose passes are counted) per engine asked for: the offline Gemma 3 270M
+def build_engine(name: str) -> tuple[str, Reader, Any]:
+    """(row name, reader, model whose passes are counted) for an engine asked for: the offline Gemma 3 270M
     for the baseline, the tiny random-weight DiffusionGemma for the diffusion read (no real DiffusionGemma
     weights can be had here: its accuracy is chance's, its cost is the read's shape)."""
-    out = []
-    for name in names:
-        if name == "autoregressive":
-            from diffjev.engines import AutoregressiveEngine
+    if name == "autoregressive":
+        from diffjev.engines import AutoregressiveEngine
 
-            engine = AutoregressiveEngine.offline(batch_size=32)
-            out.append(("autoregressive (Gemma 3 270M, offline)", autoregressive_reader(engine), engine.model))
-        elif name == "diffusion":
-            from diffjev.engines import TransformersEngine
-            from diffjev.models import offline_gemma_tokenizer
-            from diffjev.tiny import tiny_diffusion_gemma
+        engine = AutoregressiveEngine.offline(batch_size=32)
+        return "autoregressive (Gemma 3 270M, offline)", autoregressive_reader(engine), engine.model
+    if name == "diffusion":
+        from diffjev.engines import TransformersEngine
+        from diffjev.models import offline_gemma_tokenizer
+        from diffjev.tiny import tiny_diffusion_gemma
 
-            engine = TransformersEngine(tiny_diffusion_gemma(), offline_gemma_tokenizer(), canvas_length=64)
-            out.append(("diffusion (tiny random DiffusionGemma)", diffusion_reader(engine), engine.model))
-        else:
-            raise SystemExit(f"--engines takes autoregressive and diffusion, not {name!r}")
-    return out
+        engine = TransformersEngine(tiny_diffusion_gemma(), offline_gemma_tokenizer(), canvas_length=64)
+        return "diffusion (tiny random DiffusionGemma)", diffusion_reader(engine), engine.model
+    raise SystemExit(f"--engines takes autoregressive and diffusion, not {name!r}")
 
 
 def main() -> None:
@@ -277,9 +273,9 @@ def main() -> None:
     questions = {kind: SpanQuestion(kind, text, max_tokens=args.max_tokens) for kind, text in ENTITY_QUESTIONS.items()}
     print(f"{len(items)} tweets x {len(questions)} span questions from WNUT-16 ({DATA_PACKAGE} 0.1)", flush=True)
     rows = []
-    for name, read, model in engines(args.engines.split(",")):
+    for name in args.engines.split(","):
         try:
-            rows.extend(measure(name, read, model, items, questions))
+            rows.extend(measure(*build_engine(name), items, questions))
         except NotImplementedError as exc:
             print(f"{name}: not measured: {exc}", flush=True)
     print(table(rows), flush=True)

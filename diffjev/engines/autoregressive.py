@@ -231,7 +231,7 @@ class AutoregressiveEngine(CanvasEngine):
         prompt, lead, end_id = self._span_prompt(question, text, schema_instructions)
         rows = span_rows(self.tokenizer, text, lead, max_tokens)
         none_ids = self.tokenizer(lead + SPAN_NONE, add_special_tokens=False)["input_ids"]
-        row_scores = self._score_span_rows(prompt, [r.ids for r in rows] + [none_ids], end_id)
+        row_scores = self.span_row_logprobs(prompt, [r.ids for r in rows] + [none_ids], end_id)
         scored = {(r.start, end): scores[k] for r, scores in zip(rows, row_scores) for end, k in r.ends.items()}
         none_logprob = row_scores[-1][len(none_ids) - 1]
         spans, confidence, facts = chosen_spans(kind, text, scored, none_logprob, getattr(question, "max_items", None))
@@ -261,7 +261,7 @@ class AutoregressiveEngine(CanvasEngine):
         return list(self.tokenizer(body)["input_ids"]), " ", end_id
 
     @torch.inference_mode()
-    def _score_span_rows(self, prompt: list[int], rows: list[list[int]], end_id: int) -> list[list[float]]:
+    def span_row_logprobs(self, prompt: list[int], rows: list[list[int]], end_id: int) -> list[list[float]]:
         """For each row of answer tokens, per token k: the logprob of the row's tokens up to k followed by
         the answer's end. The prompt but its last token is read once and its KV cache shared by every row;
         the head is applied only at the rows' own positions."""
