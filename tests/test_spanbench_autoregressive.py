@@ -9,7 +9,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from diffjev import Schema, read_many
 from diffjev.engines import AutoregressiveEngine
+from diffjev.spans import SpanAnswer
 from diffjev.engines.autoregressive import chosen_spans, joins_previous, span_boundaries
 
 
@@ -98,3 +100,25 @@ def test_the_offline_gemma_finds_the_person_a_sentence_names():
     answer = engine.read_span(question(max_tokens=8), text)
     assert [(s.start, s.end, s.text) for s in answer.spans] == [(6, 18, "Barack Obama")]
     assert answer.diagnostics["model_passes"] == 2 and answer.diagnostics["candidates"] > 20
+
+
+@pytest.mark.parametrize("mode", ["options", "single"])
+def test_a_schema_with_label_and_span_questions_reads_through_the_autoregressive_engine(causal_lm, tokenizer, mode):
+    schema = Schema.from_dict(
+        {
+            "questions": [
+                {"id": "urgent", "type": "yes_no", "instructions": "Is it urgent?"},
+                {"id": "who", "type": "span", "instructions": "Who writes?", "max_tokens": 3},
+            ],
+            "samples": 1,
+        }
+    )
+    engine = AutoregressiveEngine(causal_lm, tokenizer, mode=mode, instruction_tuned=False)
+    text = "Ada here: the site is down ."
+    (decision,) = read_many(schema, [text], engine)
+    assert list(decision.answers) == ["urgent", "who"]
+    span = decision.answers["who"]
+    assert isinstance(span, SpanAnswer) and span.diagnostics["candidates"] > 0
+    assert all(text[s.start : s.end] == s.text for s in span.spans)
+    label_passes = engine.passes_per_canvas(schema.slot_part())
+    assert decision.diagnostics["model_passes"] == label_passes + span.diagnostics["model_passes"]

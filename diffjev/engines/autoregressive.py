@@ -117,10 +117,23 @@ class AutoregressiveEngine(CanvasEngine):
         # The options reading puts no noise anywhere: another draw would read exactly the same.
         return self.mode != "options" and super().draws_vary
 
-    def _decide_chunk(self, schema: Schema, states: Sequence[Any], seed: int, *args: Any, **kwargs: Any):
+    def _decide_labels(self, schema: Schema, states: Sequence[Any], seed: int, *args: Any, **kwargs: Any):
         if self.mode != "options":
-            return super()._decide_chunk(schema, states, seed, *args, **kwargs)
+            return super()._decide_labels(schema, states, seed, *args, **kwargs)
         return [self._decide_options(schema, state) for state in states]
+
+    @property
+    def reads_spans(self) -> bool:
+        return True  # every candidate substring scored: no canvas, no blank
+
+    def read_spans(self, schema: Schema, state: Any, seed: int = 0) -> dict[str, SpanAnswer]:
+        """Every span question of `schema` answered by `read_span` over the item's text. No noise, so
+        the seed changes nothing."""
+        text = render_state(state)
+        return {q.id: self.read_span(q, text, schema.instructions) for q in schema.questions if q.type.reads == "span"}
+
+    def span_passes(self, answer: SpanAnswer) -> int:
+        return answer.diagnostics["model_passes"]
 
     def _decide_options(self, schema: Schema, state: Any) -> Decision:
         """One item read question group by question group through the shared staged loop (a schema without

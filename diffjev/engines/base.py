@@ -184,6 +184,10 @@ class CanvasEngine(Engine):
             out[q.id] = read_span_answer(q, text, question_seed(seed, index), self.span_builder, self.read_blanks)
         return out, skipped
 
+    def span_passes(self, answer: SpanAnswer) -> int:
+        """Model passes a span answer took: each window's reads, each `steps` denoise passes."""
+        return sum(answer.diagnostics.get("window_reads", [answer.reads])) * self.span_builder.steps
+
     @property
     def draws_vary(self) -> bool:
         # Mask noise is the same on every draw, so more draws of a masked model would only repeat it.
@@ -236,8 +240,9 @@ class CanvasEngine(Engine):
             answers = {**decision.answers, **spans}
             ordered = {q.id: answers[q.id] for q in schema.questions if q.id in answers}
             diagnostics["spans"] = {qid: a.diagnostics for qid, a in spans.items()}
-            reads = sum(sum(a.diagnostics.get("window_reads", [a.reads])) for a in spans.values())
-            diagnostics["model_passes"] = diagnostics.get("model_passes", 0) + reads * self.span_builder.steps
+            diagnostics["model_passes"] = diagnostics.get("model_passes", 0) + sum(
+                map(self.span_passes, spans.values())
+            )
             out.append(Decision(ordered, schema, diagnostics))
         return out
 
