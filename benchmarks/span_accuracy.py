@@ -17,7 +17,8 @@ Scores, per engine and question and overall:
 - cost per item: seconds for all the item's questions, model passes (forward calls, counted with a hook
   on the backbone), and tokens fed to the model.
 
-Run: python benchmarks/span_accuracy.py [--items 30] [--engines autoregressive,diffusion] [--max-tokens 8]
+Run: python benchmarks/span_accuracy.py [--items 30] [--engines none,autoregressive,diffusion] [--max-tokens 8]
+(`none`: the reference that answers none to everything, reading nothing.)
 """
 
 from __future__ import annotations
@@ -166,9 +167,18 @@ def span_schema(max_tokens: int) -> Schema:
     return Schema.from_dict({"questions": questions, "samples": 1})
 
 
+class AlwaysNone:
+    """The reference every span reader must beat: it answers "none" to every question, reading nothing."""
+
+    def read_spans(self, schema: Schema, text: str) -> dict[str, SpanAnswer]:
+        return {q.id: SpanAnswer(q.id, q.kind, (), 1.0, 0) for q in schema.questions}
+
+
 def count_passes(model: Any) -> list[int]:
-    """A running count of the backbone's forward calls."""
+    """A running count of the backbone's forward calls (none without a model)."""
     calls = [0]
+    if model is None:
+        return calls
     backbone = getattr(model, "model", model)
     backbone.register_forward_hook(lambda *a: calls.__setitem__(0, calls[0] + 1))
     return calls
@@ -229,6 +239,8 @@ def build_engine(name: str) -> tuple[str, Any, Any]:
     """(row name, engine, model whose passes are counted) for an engine asked for: the offline Gemma 3 270M
     for the baseline, the tiny random-weight DiffusionGemma for the diffusion read (no real DiffusionGemma
     weights can be had here: its accuracy is chance's, its cost is the read's shape)."""
+    if name == "none":
+        return "always none (reference)", AlwaysNone(), None
     if name == "autoregressive":
         from diffjev.engines import AutoregressiveEngine
 
@@ -241,13 +253,13 @@ def build_engine(name: str) -> tuple[str, Any, Any]:
 
         engine = TransformersEngine(tiny_diffusion_gemma(), offline_gemma_tokenizer(), canvas_length=64)
         return "diffusion (tiny random DiffusionGemma)", engine, engine.model
-    raise SystemExit(f"--engines takes autoregressive and diffusion, not {name!r}")
+    raise SystemExit(f"--engines takes none, autoregressive and diffusion, not {name!r}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=30, help="tweets to read (default 30)")
-    parser.add_argument("--engines", default="autoregressive,diffusion", help="comma-separated")
+    parser.add_argument("--engines", default="none,autoregressive,diffusion", help="comma-separated")
     parser.add_argument("--max-tokens", type=int, default=8, help="longest span in model tokens (default 8)")
     args = parser.parse_args()
     items = wnut_items(args.items)

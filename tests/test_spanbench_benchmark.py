@@ -68,6 +68,9 @@ def test_the_packaged_wnut16_tweets_give_single_gold_spans_that_slice_the_text()
     for item in items:
         found = {kind: item.text[s:e] for kind, span in item.gold.items() if span for s, e in [span]}
         assert found and all(text == text.strip() and text for text in found.values())
+    # the reference that answers none to everything: what a reader must beat on these tweets
+    *_, overall = bench.measure("none", bench.AlwaysNone(), None, items[:12], bench.span_schema(8))
+    assert overall["exact"] == overall["gold_none"] / overall["n"] == 24 / 36 and overall["passes_per_item"] == 0
 
 
 def test_scores_follow_squad_exact_offsets_and_token_f1():
