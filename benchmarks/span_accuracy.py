@@ -18,6 +18,7 @@ Scores, per engine and question and overall:
   on the backbone), and tokens fed to the model.
 
 Run: python benchmarks/span_accuracy.py [--items 30] [--engines none,autoregressive,diffusion] [--max-tokens 8]
+     [--diffusion-model FOLDER]
 (`none`: the reference that answers none to everything, reading nothing.)
 """
 
@@ -235,10 +236,11 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def build_engine(name: str) -> tuple[str, Any, Any]:
+def build_engine(name: str, diffusion_model: str | None = None) -> tuple[str, Any, Any]:
     """(row name, engine, model whose passes are counted) for an engine asked for: the offline Gemma 3 270M
-    for the baseline, the tiny random-weight DiffusionGemma for the diffusion read (no real DiffusionGemma
-    weights can be had here: its accuracy is chance's, its cost is the read's shape)."""
+    for the baseline; for the diffusion read the model folder or Hub name given, else the tiny random-weight
+    DiffusionGemma (no real DiffusionGemma weights can be had here: its accuracy is chance's, its cost is
+    the read's shape)."""
     if name == "none":
         return "always none (reference)", AlwaysNone(), None
     if name == "autoregressive":
@@ -251,6 +253,9 @@ def build_engine(name: str) -> tuple[str, Any, Any]:
         from diffjev.models import offline_gemma_tokenizer
         from diffjev.tiny import tiny_diffusion_gemma
 
+        if diffusion_model:
+            engine = TransformersEngine(diffusion_model)
+            return f"diffusion ({diffusion_model})", engine, engine.model
         engine = TransformersEngine(tiny_diffusion_gemma(), offline_gemma_tokenizer(), canvas_length=64)
         return "diffusion (tiny random DiffusionGemma)", engine, engine.model
     raise SystemExit(f"--engines takes none, autoregressive and diffusion, not {name!r}")
@@ -261,13 +266,14 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=30, help="tweets to read (default 30)")
     parser.add_argument("--engines", default="none,autoregressive,diffusion", help="comma-separated")
     parser.add_argument("--max-tokens", type=int, default=8, help="longest span in model tokens (default 8)")
+    parser.add_argument("--diffusion-model", help="a DiffusionGemma folder or Hub name (default: the tiny random one)")
     args = parser.parse_args()
     items = wnut_items(args.items)
     schema = span_schema(args.max_tokens)
     print(f"{len(items)} tweets x {len(schema.questions)} span questions from WNUT-16 ({DATA_PACKAGE} 0.1)", flush=True)
     rows = []
     for name in args.engines.split(","):
-        rows.extend(measure(*build_engine(name), items, schema))
+        rows.extend(measure(*build_engine(name, args.diffusion_model), items, schema))
         print(table(rows), flush=True)
 
 

