@@ -122,3 +122,34 @@ def test_a_schema_with_label_and_span_questions_reads_through_the_autoregressive
     assert all(text[s.start : s.end] == s.text for s in span.spans)
     label_passes = engine.passes_per_canvas(schema.slot_part())
     assert decision.diagnostics["model_passes"] == label_passes + span.diagnostics["model_passes"]
+
+
+def test_a_span_question_whose_condition_fails_is_skipped_not_read(causal_lm, tokenizer):
+    schema = Schema.from_dict(
+        {
+            "questions": [
+                {"id": "urgent", "type": "yes_no", "instructions": "Is it urgent?"},
+                {
+                    "id": "who",
+                    "type": "span",
+                    "instructions": "Who writes?",
+                    "max_tokens": 2,
+                    "ask_if": {"urgent": "no"},
+                },
+                {
+                    "id": "what",
+                    "type": "span",
+                    "instructions": "What broke?",
+                    "max_tokens": 2,
+                    "ask_if": {"urgent": "yes"},
+                },
+            ],
+            "samples": 1,
+        }
+    )
+    engine = AutoregressiveEngine(causal_lm, tokenizer, mode="options", instruction_tuned=False)
+    (decision,) = read_many(schema, ["Ada here: the site is down ."], engine)
+    urgent = decision.answers["urgent"].answer
+    read, skipped = ("what", "who") if urgent == "yes" else ("who", "what")
+    assert read in decision.answers and skipped not in decision.answers
+    assert decision.diagnostics["skipped"][skipped]["because"] == "urgent"

@@ -98,7 +98,7 @@ def test_the_cost_counts_the_backbones_own_passes_and_agrees_with_the_engine(cau
     none = {"person": None, "geo-loc": None, "company": None}
     items = [bench.LabeledItem("Ada met Bob .", {**none, "person": (0, 3)}), bench.LabeledItem("rain again", none)]
     schema = bench.span_schema(max_tokens=2)
-    claimed = [sum(map(engine.span_passes, engine.read_spans(schema, item.text).values())) for item in items]
+    claimed = [sum(map(engine.span_passes, engine.read_spans(schema, item.text)[0].values())) for item in items]
     *by_question, overall = bench.measure("ar", engine, causal_lm, items, schema)
     assert [r["question"] for r in by_question] == ["person", "geo-loc", "company"] and overall["question"] == "all"
     assert overall["n"] == 6 and overall["gold_none"] == 5 and by_question[0]["gold_none"] == 1

@@ -36,7 +36,7 @@ from diffjev.models import (
 )
 from diffjev.schema import Question, Schema
 from diffjev.spans import Span, SpanAnswer
-from diffjev.staging import is_staged, read_in_stages
+from diffjev.staging import is_staged, read_in_stages, skip_record
 
 MODES = ("single", "sequential", "options")
 OFFLINE_MODE = "options"
@@ -105,8 +105,6 @@ class AutoregressiveEngine(CanvasEngine):
     def check_schema(self, schema: Schema) -> None:
         if self.mode != "options":  # the options read puts no canvas, so no template, on the model
             super().check_schema(schema)
-        elif schema.slot_part() is not schema:
-            raise EngineError(f"the {self.name} engine cannot read span questions; use a diffusion engine")
 
     def passes_per_group(self, schema: Schema, qids: Sequence[str]) -> int:
         # A sequential read takes one pass per slot it reads: a group's canvas reads only the group's.
@@ -126,11 +124,24 @@ class AutoregressiveEngine(CanvasEngine):
     def reads_spans(self) -> bool:
         return True  # every candidate substring scored: no canvas, no blank
 
-    def read_spans(self, schema: Schema, state: Any, seed: int = 0) -> dict[str, SpanAnswer]:
-        """Every span question of `schema` answered by `read_span` over the item's text. No noise, so
-        the seed changes nothing."""
+    def read_spans(
+        self, schema: Schema, state: Any, seed: int = 0, earlier: Mapping[str, Any] | None = None
+    ) -> tuple[dict[str, SpanAnswer], dict[str, dict[str, Any]]]:
+        """Every span question of `schema` that applies (its `ask_if` met by the `earlier` answers) answered
+        by `read_span` over the item's text, and the skip record of each that does not. No noise, so the
+        seed changes nothing."""
         text = render_state(state)
-        return {q.id: self.read_span(q, text, schema.instructions) for q in schema.questions if q.type.reads == "span"}
+        given = {qid: a.answer for qid, a in (earlier or {}).items()}
+        out, skipped = {}, {}
+        for q in schema.questions:
+            if q.type.reads != "span":
+                continue
+            record = skip_record(q, given)
+            if record is not None:
+                skipped[q.id] = record
+            else:
+                out[q.id] = self.read_span(q, text, schema.instructions)
+        return out, skipped
 
     def span_passes(self, answer: SpanAnswer) -> int:
         return answer.diagnostics["model_passes"]
