@@ -91,6 +91,18 @@ def images_by_key(session: Session, project_id: int, keys: Iterable[str]) -> dic
     return {image.sha256: image for image in found}
 
 
+def image_files(session: Session, project_id: int, keys: Iterable[str]) -> dict[str, tuple[bytes, str]]:
+    """sha256 -> (bytes, mime) of this project's images among these keys: the bytes alone, no row objects
+    kept in the session, so a caller holds exactly the images it asked for."""
+    wanted = list(set(keys))
+    if not wanted:
+        return {}
+    rows = session.execute(
+        select(Image.sha256, Image.data, Image.mime).where(Image.project_id == project_id, Image.sha256.in_(wanted))
+    )
+    return {sha: (bytes(data), mime) for sha, data, mime in rows}
+
+
 def project_has_images(session: Session, project_id: int) -> bool:
     return bool(session.scalar(select(exists().where(Item.project_id == project_id, Item.image.is_not(None)))))
 
