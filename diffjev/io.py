@@ -740,6 +740,7 @@ def _write_export(
                     writer.write_table(pa.Table.from_pydict(batch, schema=arrow_schema))
                     count += len(batch[names[0]])
                     on_batch and on_batch(count)
+                    del batch  # let go before the next is made: a batch of images is the export's memory
             if fmt == "hf":
                 import datasets
 

@@ -158,6 +158,42 @@ def logprob_args(body: dict[str, Any], max_logprobs: int, vocab: int) -> dict[st
     return {"logprobs": logprobs, "top": top or 0, "ids": ids}
 
 
+def text_messages(messages: Any) -> list[dict[str, Any]]:
+    """The chat messages with each content as one string. Content given as parts is read as vLLM reads it
+    (text parts joined by newlines); any other part is refused by its place, since this server's model reads
+    text only and a read of the text alone would pass for a read of the image too."""
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise RequestError("messages must be a non-empty list of {role, content} with text content", "messages")
+    read = []
+    for i, message in enumerate(messages):
+        if not isinstance(message.get("role"), str):
+            raise RequestError(f"messages[{i}].role must be a string", f"messages[{i}].role")
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "\n".join(_text_part(part, f"messages[{i}].content[{j}]") for j, part in enumerate(content))
+        elif not isinstance(content, str):
+            raise RequestError(
+                f"messages[{i}].content must be a string or a list of text parts", f"messages[{i}].content"
+            )
+        read.append({**message, "content": content})
+    return read
+
+
+def _text_part(part: Any, where: str) -> str:
+    if not isinstance(part, dict):
+        raise RequestError(f"{where} must be an object with a type, such as {{type: text, text}}", where)
+    kind = part.get("type")
+    if kind != "text":
+        raise RequestError(
+            f"{where} is a part of type {kind!r}, but this server reads text only (its model has no vision or "
+            f"audio input): send the content as text, or serve a multimodal model with vLLM",
+            where,
+        )
+    if not isinstance(part.get("text"), str):
+        raise RequestError(f"{where}.text must be a string", f"{where}.text")
+    return part["text"]
+
+
 def create_app(
     engine: TransformersEngine,
     served_model_name: str,
@@ -238,16 +274,7 @@ def create_app(
     async def chat_completions(request: Request) -> JSONResponse:
         body = await _json_body(request)
         check_model(body.get("model"))
-        messages = body.get("messages")
-        if (
-            not isinstance(messages, list)
-            or not messages
-            or not all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                for m in messages
-            )
-        ):
-            raise RequestError("messages must be a non-empty list of {role, content} with text content", "messages")
+        messages = text_messages(body.get("messages"))
         if body.get("stream"):
             raise RequestError("this server does not stream", "stream")
         for name in REJECTED_FOR_DIFFUSION:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from sqlalchemy import exists, select
+from sqlalchemy import delete, exists, func, select
 from sqlalchemy.orm import Session
 
 from storage.models import Image, Item, utcnow
@@ -21,12 +21,24 @@ def _insert_ignoring_duplicates(session: Session):
     return insert(Image).on_conflict_do_nothing(index_elements=[Image.project_id, Image.sha256])
 
 
+IMAGES_LOCK = 0x696D67  # the advisory lock class of a project's images ("img"); the project id is the other key
+
+
+def _lock_project_images(session: Session, project_id: int) -> None:
+    """Hold the project's images until the transaction ends, on PostgreSQL: an import that finds an image
+    already stored and a delete of that image's last item would each miss the other's uncommitted rows, and
+    the import's items would name an image the delete removed. SQLite's writers already go one at a time."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(select(func.pg_advisory_xact_lock(IMAGES_LOCK, project_id)))
+
+
 def store_images(session: Session, project_id: int, images: Iterable[Any]) -> int:
     """Store the images (objects with data, mime, width, height, sha256) this project does not hold yet;
     returns how many were new."""
     unique = {image.sha256: image for image in images}
     if not unique:
         return 0
+    _lock_project_images(session, project_id)
     held = set(
         session.scalars(select(Image.sha256).where(Image.project_id == project_id, Image.sha256.in_(list(unique))))
     )
@@ -79,5 +91,38 @@ def images_by_key(session: Session, project_id: int, keys: Iterable[str]) -> dic
     return {image.sha256: image for image in found}
 
 
+def image_files(session: Session, project_id: int, keys: Iterable[str]) -> dict[str, tuple[bytes, str]]:
+    """sha256 -> (bytes, mime) of this project's images among these keys: the bytes alone, no row objects
+    kept in the session, so a caller holds exactly the images it asked for."""
+    wanted = list(set(keys))
+    if not wanted:
+        return {}
+    rows = session.execute(
+        select(Image.sha256, Image.data, Image.mime).where(Image.project_id == project_id, Image.sha256.in_(wanted))
+    )
+    return {sha: (bytes(data), mime) for sha, data, mime in rows}
+
+
 def project_has_images(session: Session, project_id: int) -> bool:
     return bool(session.scalar(select(exists().where(Item.project_id == project_id, Item.image.is_not(None)))))
+
+
+def image_keys_of(session: Session, project_id: int, items: Any) -> list[str]:
+    """The sha256 keys the items chosen by `items` (a where clause on Item) name, each once."""
+    return list(
+        session.scalars(
+            select(Item.image).where(Item.project_id == project_id, Item.image.is_not(None), items).distinct()
+        )
+    )
+
+
+def drop_unshown_images(session: Session, project_id: int, keys: Sequence[str]) -> int:
+    """Delete those of these images no item of the project names any more; returns how many. Called in the
+    transaction that removed the items, so an image never outlives its last item, nor goes before it."""
+    if not keys:
+        return 0
+    _lock_project_images(session, project_id)  # its DELETE then sees the items of an import that held it
+    shown = exists().where(Item.project_id == project_id, Item.image == Image.sha256)
+    return session.execute(
+        delete(Image).where(Image.project_id == project_id, Image.sha256.in_(list(keys)), ~shown)
+    ).rowcount

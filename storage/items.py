@@ -11,6 +11,7 @@ from typing import Any, Sequence
 from sqlalchemy import delete, exists, func, insert, select, update
 from sqlalchemy.orm import Session
 
+from storage import images as image_store
 from storage.models import Import, Item, Question, Response, Run, Suggestion, utcnow
 
 ANSWERED = "submitted"  # a skip or a draft is no answer: the item can go without losing anyone's work
@@ -65,7 +66,7 @@ def import_item_counts(session: Session, project_id: int, import_id: int) -> tup
 
 def undo_import(session: Session, project_id: int, import_id: int) -> int:
     """Remove the items an import created (their suggestions, reads and leases go with them); returns how many."""
-    removed = session.execute(delete(Item).where(Item.project_id == project_id, Item.import_id == import_id)).rowcount
+    removed = _delete_items_and_their_images(session, project_id, Item.import_id == import_id)
     session.execute(update(Import).where(Import.id == import_id).values(undone_at=utcnow()))
     return removed
 
@@ -170,4 +171,12 @@ def delete_items(session: Session, project_id: int, item_ids: Sequence[int]) -> 
     """Delete items with everything attached to them (answers, suggestions, reads, leases); returns how many."""
     if not item_ids:
         return 0
-    return session.execute(delete(Item).where(Item.project_id == project_id, Item.id.in_(item_ids))).rowcount
+    return _delete_items_and_their_images(session, project_id, Item.id.in_(item_ids))
+
+
+def _delete_items_and_their_images(session: Session, project_id: int, which: Any) -> int:
+    """Delete the project's items `which` chooses, and the images no item of the project shows after."""
+    keys = image_store.image_keys_of(session, project_id, which)
+    removed = session.execute(delete(Item).where(Item.project_id == project_id, which)).rowcount
+    image_store.drop_unshown_images(session, project_id, keys)
+    return removed

@@ -11,7 +11,7 @@ from diffjev import Schema
 from diffjev.services.importing import import_items
 from storage import repo
 from storage.db import Database
-from studio_fixtures import serve_studio
+from studio_fixtures import one_question_at_a_time, serve_studio
 
 SCHEMA = {"questions": [{"id": "broken", "type": "yes_no", "instructions": "Does the screenshot show an error?"}]}
 
@@ -54,3 +54,31 @@ def test_the_card_shows_the_items_image_beside_its_text_and_zooms(browser, tmp_p
         page.keyboard.press("1")  # the keys still pick after a click on the image
         assert page.evaluate("document.querySelector('#itemview .dj-iq').dataset.chosen") == "yes"
         assert not [url for url in fetched if url.startswith("data:") is False and "png" in url.lower()]
+
+
+def test_the_one_question_card_shows_the_items_image_and_zooms(browser, tmp_path, dgemma_engine):
+    db = Database(tmp_path / "one.db")
+    with db.session() as session:
+        repo.create_project(session, "shots", Schema.from_dict(SCHEMA), "owner")
+    red = png((255, 0, 0))
+    import_items(
+        db,
+        "shots",
+        pd.DataFrame({"id": ["s1"], "text": ["checkout page"], "shot": [red]}),
+        id_field="id",
+        image_field="shot",
+    )
+    server, _ = serve_studio(db, dgemma_engine, name="shots")
+    with server:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(f"{server.url}/?project=shots")
+        one_question_at_a_time(page)
+        page.locator("#annotate-start").click()
+        image = page.locator("#item .dj-with-image .dj-image img")
+        image.wait_for()
+        assert "checkout page" in page.inner_text("#item .dj-with-image .dj-text")
+        assert base64.b64decode(image.get_attribute("src").split(",", 1)[1]) == red
+        narrow = image.bounding_box()["width"]
+        image.click()
+        page.wait_for_function("document.querySelector('#item .dj-image img').classList.contains('dj-zoomed')")
+        assert image.bounding_box()["width"] > narrow

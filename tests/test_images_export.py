@@ -6,11 +6,14 @@ import csv
 import io
 import json
 import os
+import random
 import subprocess
 import sys
+import tracemalloc
 
 import datasets
 import pytest
+import pandas as pd
 import pyarrow.parquet as pq
 from PIL import Image as PILImage
 
@@ -113,3 +116,53 @@ def test_zipping_an_export_that_fails_midway_leaves_no_zip_behind(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["labeled.csv", "labeled.csv.zip", "labeled_images"]
     (tmp_path / "alone.csv").write_text("item_id\n1\n")
     assert download_of(tmp_path / "alone.csv") == tmp_path / "alone.csv"  # no images folder: the file itself
+
+
+def noise_png(seed: int, side: int = 600) -> bytes:
+    """A PNG of random pixels: it does not compress, so it is about side * side * 3 bytes (~1 MB)."""
+    out = io.BytesIO()
+    PILImage.frombytes("RGB", (side, side), random.Random(seed).randbytes(side * side * 3)).save(out, "PNG")
+    return out.getvalue()
+
+
+# Not "hf": its last step is `datasets`' save_to_disk, which copies the rows in batches of its own choosing,
+# about 100 MB each (five images of 20 MB): a bound in bytes, which 30 images of 1 MB cannot show.
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_an_export_holds_a_few_images_at_a_time_whatever_its_page_size(tmp_path, monkeypatch, fmt):
+    import pyarrow as pa
+
+    from diffjev import Schema
+    from diffjev.services import exporting
+    from diffjev.services.importing import import_items
+    from storage import repo
+    from storage.db import Database
+
+    db = Database(tmp_path / "big.db")
+    with db.session() as session:
+        repo.create_project(session, "p", Schema.from_dict(TICKETS), "owner")
+    images = [noise_png(seed) for seed in range(30)]
+    size = max(len(i) for i in images)
+    assert size > 1_000_000
+    frame = pd.DataFrame({"id": [f"s{n}" for n in range(30)], "text": [f"shot {n}" for n in range(30)], "shot": images})
+    assert import_items(db, "p", frame, id_field="id", image_field="shot").imported == 30
+    del frame
+    monkeypatch.setattr(exporting, "PAGE", 30)  # one page holds every item: only streaming bounds the memory
+    target = tmp_path / f"out.{fmt}"
+    exporting.export_project(db, "p", tmp_path / "warm.jsonl", "jsonl", reviewed_only=False)  # imports, caches
+    default_pool = pa.default_memory_pool()
+    arrow = pa.proxy_memory_pool(default_pool)  # keeps Arrow's peak, which tracemalloc does not see
+    pa.set_memory_pool(arrow)
+    tracemalloc.start()
+    try:
+        assert exporting.export_project(db, "p", target, fmt, reviewed_only=False) == 30
+        _, python_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        pa.set_memory_pool(default_pool)
+    assert python_peak < 8 * size, f"{python_peak / size:.1f} images' worth of Python memory at once"
+    assert arrow.max_memory() < 8 * size, f"{arrow.max_memory() / size:.1f} images' worth of Arrow memory at once"
+    if fmt == "jsonl":
+        records = [json.loads(line) for line in target.read_text().splitlines()]
+        assert [(tmp_path / r["image"]).read_bytes() for r in records] == images
+    else:
+        assert [r["image"]["bytes"] for r in pq.read_table(target).to_pylist()] == images

@@ -208,3 +208,66 @@ def test_a_missing_image_column_is_named(db, tmp_path):
     pd.DataFrame({"text": ["x"]}).to_csv(tmp_path / "items.csv", index=False)
     with pytest.raises(SourceError, match="no column 'img' for the image field"):
         import_items(db, "p", tmp_path / "items.csv", image_field="img", image_folder=tmp_path)
+
+
+def test_undoing_an_import_and_deleting_items_drop_the_images_no_item_shows(db, tmp_path):
+    """An image row lives as long as an item of its project names it: undoing an import or deleting items
+    removes the images left without an item, keeps those another item (or another project) still shows."""
+    from diffjev.services.importing import undo_import
+    from diffjev.services.items import delete_items
+
+    red, blue = png((255, 0, 0)), png((0, 0, 255))
+    first = pd.DataFrame({"id": ["a", "b"], "text": ["red", "blue"], "shot": [red, blue]})
+    second = pd.DataFrame({"id": ["c", "d"], "text": ["red again", "plain"], "shot": [red, None]})
+    undone = import_items(db, "p", first, id_field="id", image_field="shot")
+    kept = import_items(db, "p", second, id_field="id", image_field="shot")
+    import_items(db, "other", first, id_field="id", image_field="shot")
+    assert (undone.imported, kept.imported) == (2, 2)
+    items, images = stored(db)
+    red_key, blue_key = items[0][1], items[1][1]
+
+    assert undo_import(db, "p", undone.import_id, "owner") == 2
+    items, images = stored(db)
+    assert [text for text, _ in items] == ["red again", "plain"]
+    assert set(images) == {red_key}  # blue has no item left; red is still shown by "red again"
+
+    with db.read() as session:
+        numbers = [i.id for i in session.query(Item).filter_by(project_id=repo.get_project(session, "p").id)]
+    assert delete_items(db, "p", numbers, "owner", confirmed=True, with_answers=False) == 2
+    assert stored(db) == ([], {})
+    assert set(stored(db, "other")[1]) == {red_key, blue_key}  # another project's images are its own
+
+
+def test_an_import_naming_an_image_keeps_it_against_a_delete_running_meanwhile(db, monkeypatch):
+    """An import that finds an image already stored and a delete of the image's last item, at once: the
+    delete waits for the import, so the import's items never name an image that was removed under them."""
+    import threading
+
+    from diffjev.services.items import delete_items
+
+    red = png((255, 0, 0))
+    import_items(
+        db, "p", pd.DataFrame({"id": ["a"], "text": ["red"], "shot": [red]}), id_field="id", image_field="shot"
+    )
+    with db.read() as session:
+        last = session.query(Item).filter_by(project_id=repo.get_project(session, "p").id).one().id
+    inserted, deleted = threading.Event(), threading.Event()
+    insert_items = repo.insert_items
+
+    def insert_then_hold(session, project_id, rows):  # the import's transaction stays open a moment
+        insert_items(session, project_id, rows)
+        inserted.set()
+        deleted.wait(timeout=1.5)
+
+    monkeypatch.setattr(repo, "insert_items", insert_then_hold)
+    again = pd.DataFrame({"id": ["b"], "text": ["red again"], "shot": [red]})
+    importing = threading.Thread(
+        target=import_items, args=(db, "p", again), kwargs={"id_field": "id", "image_field": "shot"}
+    )
+    importing.start()
+    assert inserted.wait(timeout=30)
+    assert delete_items(db, "p", [last], "owner", confirmed=True, with_answers=False) == 1
+    deleted.set()
+    importing.join(timeout=30)
+    items, images = stored(db)
+    assert items == [("red again", items[0][1])] and set(images) == {items[0][1]}

@@ -137,3 +137,38 @@ def test_a_studio_export_of_a_project_with_images_downloads_every_image(tmp_path
         refused = httpx.post(f"{server.url}/login", data={"username": "bob", "password": "b-secret"})
         assert refused.status_code == 403  # not a member of the project: no page, no export, no download
     assert not list(studio.export_dir.rglob("*.partial"))
+
+
+def test_the_one_question_view_shows_the_items_image_from_the_scopes_project(tmp_path, dgemma_engine):
+    """The Annotate tab's one-question card carries the item's image as the item view does: inline as a data
+    URL, zoomed with a click, found through the card's item in the page's project, never another's."""
+    import base64
+    import re
+
+    import pandas as pd
+
+    from diffjev import Schema
+    from diffjev.services.importing import import_items
+    from storage.db import Database
+
+    db = Database(tmp_path / "one.db")
+    schema = Schema.from_dict({"questions": [{"id": "broken", "type": "yes_no", "instructions": "An error?"}]})
+    with db.session() as session:
+        repo.create_project(session, "shots", schema, "owner")
+        repo.create_project(session, "other", schema, "owner")
+    red, blue = png((255, 0, 0)), png((0, 0, 255))
+    frame = pd.DataFrame({"id": ["s1", "s2"], "text": ["checkout page", "no picture"], "shot": [red, None]})
+    import_items(db, "shots", frame, id_field="id", image_field="shot")
+    import_items(db, "other", frame.assign(shot=[blue, blue]), id_field="id", image_field="shot")
+    server, _ = serve_studio(db, dgemma_engine, name="shots")
+    with server:
+        client = Client(server.url, verbose=False)
+        cards = [client.predict("broken", "Least confidence first", api_name="/annotate_start")[1]]
+        cards.append(client.predict(api_name="/pick_1")[1])  # answered: the next item's card
+    shown = {("checkout page" in card): card for card in cards}
+    assert set(shown) == {True, False}
+    with_image, without = shown[True], shown[False]
+    assert "dj-image" not in without and "<img" not in without
+    assert "dj-with-image" in with_image and "classList.toggle('dj-zoomed')" in with_image
+    sources = re.findall(r"<img src='data:image/png;base64,([^']+)'", with_image)
+    assert [base64.b64decode(s) for s in sources] == [red]  # this project's image, not the other's

@@ -162,3 +162,43 @@ def test_faulty_answers_give_clear_errors_naming_the_endpoint(tokenizer, schema,
         assert says in str(err.value) and server.url in str(err.value)
         assert "EngineCore died" not in str(err.value) and "not json" not in str(err.value)  # never the body
         engine.close()
+
+
+IMAGE_PART = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+
+
+def test_server_refuses_an_image_part_naming_it_and_saying_it_reads_text_only(vllm_server):
+    """The stand-in's model reads text: an image part gets vLLM's 400 naming the part, never a read of the
+    text alone as if the image had been seen."""
+    turn = {"role": "user", "content": [IMAGE_PART, {"type": "text", "text": "hi"}]}
+    response = post(vllm_server, messages=[{"role": "system", "content": "be brief"}, turn])
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "BadRequestError" and error["code"] == 400
+    assert error["param"] == "messages[1].content[0]"
+    assert "messages[1].content[0]" in error["message"] and "image_url" in error["message"]
+    assert "reads text only" in error["message"]
+
+
+@pytest.mark.parametrize(
+    "part, says",
+    [
+        ("hi", "messages[0].content[0] must be an object"),
+        ({"type": "text"}, "messages[0].content[0].text must be a string"),
+        ({"type": "audio_url", "audio_url": {"url": "x"}}, "of type 'audio_url', but this server reads text only"),
+    ],
+)
+def test_server_names_a_content_part_it_cannot_read(vllm_server, part, says):
+    response = post(vllm_server, messages=[{"role": "user", "content": [part]}])
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"].startswith("messages[0].content[0]") and says in error["message"]
+
+
+def test_server_reads_text_parts_as_vllm_does(vllm_server):
+    """Text parts are text: vLLM joins them with newlines, so the read is that of the joined string."""
+    parts = [{"type": "text", "text": "hi"}, {"type": "text", "text": "there"}]
+    as_parts = post(vllm_server, messages=[{"role": "user", "content": parts}])
+    as_text = post(vllm_server, messages=[{"role": "user", "content": "hi\nthere"}])
+    assert as_parts.status_code == 200, as_parts.text
+    assert as_parts.json()["choices"][0]["logprobs"] == as_text.json()["choices"][0]["logprobs"]

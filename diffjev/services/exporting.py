@@ -41,6 +41,7 @@ from storage import repo
 from storage.db import Database
 
 PAGE = 10_000
+IMAGES_AT_ONCE = 4  # the images an export holds in memory at once, whatever its page size: one may be 20 MB
 ADJUDICATED = "adjudicated"  # the source of an answer a reviewer settled
 
 
@@ -158,32 +159,55 @@ def download_of(target: str | os.PathLike) -> Path:
 
 
 def _add_images(
-    batches: Iterator[dict[str, list]], db: Database, project_id: int, fmt: str, folder: Path | None, shown: str
+    batches: Iterator[dict[str, list]], db: Database, project_id: int, folder: Path | None, shown: str
 ) -> Iterator[dict[str, list]]:
     """The batches with each item's image: written once into `folder` and named by its path from the export
-    (JSONL, CSV), or as bytes and a file name (Parquet, HF). None for an item without an image."""
-    written: set[str] = set()
+    (JSONL, CSV), or as bytes and a file name (Parquet, HF). None for an item without an image.
+
+    A page is cut into slices of at most IMAGES_AT_ONCE images, each slice's images read when it is written
+    and let go after: an image may be 20 MB, and a page of 10,000 of them would not fit in memory."""
+    written: dict[str, str] = {}  # sha256 -> its file's name in `folder`
     for batch in batches:
         with db.read() as session:
             keys = image_store.item_image_keys(session, project_id, batch["item_id"])
-            images = image_store.images_by_key(session, project_id, keys.values())
-            found = {sha: (bytes(i.data), EXTENSION_BY_MIME[i.mime]) for sha, i in images.items()}
-        column = []
-        for item_id in batch["item_id"]:
-            sha = keys.get(item_id)
-            if sha not in found:
-                column.append(None)
-                continue
-            data, extension = found[sha]
-            name = f"{sha}.{extension}"
+        for part in _slices_by_images(batch, keys):
+            needed = {keys[i] for i in part["item_id"] if i in keys} - set(written)
+            with db.read() as session:
+                found = image_store.image_files(session, project_id, needed)
             if folder is None:
-                column.append({"bytes": data, "path": name})
-                continue
-            if sha not in written:
-                (folder / name).write_bytes(data)
-                written.add(sha)
-            column.append(f"{shown}/{name}")
-        yield {**batch, "image": column}
+                column = [_image_value(found.get(keys.get(i)), keys.get(i)) for i in part["item_id"]]
+            else:
+                for sha, (data, mime) in found.items():
+                    written[sha] = f"{sha}.{EXTENSION_BY_MIME[mime]}"
+                    (folder / written[sha]).write_bytes(data)
+                column = [f"{shown}/{written[keys[i]]}" if keys.get(i) in written else None for i in part["item_id"]]
+            del found
+            yield {**part, "image": column}
+            del column  # before the next slice's images are read
+
+
+def _image_value(file: tuple[bytes, str] | None, sha: str | None) -> dict[str, Any] | None:
+    """An image as the `datasets` Image feature stores it: its bytes and a file name."""
+    if file is None:
+        return None
+    data, mime = file
+    return {"bytes": data, "path": f"{sha}.{EXTENSION_BY_MIME[mime]}"}
+
+
+def _slices_by_images(batch: dict[str, list], keys: dict[int, str]) -> Iterator[dict[str, list]]:
+    """The batch in consecutive slices, each naming at most IMAGES_AT_ONCE images (items without one are
+    free); each slice's image bytes are held only while it is written."""
+    ids = batch["item_id"]
+    start, shown = 0, set()
+    for end, item_id in enumerate(ids):
+        sha = keys.get(item_id)
+        if sha is not None and sha not in shown and len(shown) == IMAGES_AT_ONCE:
+            yield {name: values[start:end] for name, values in batch.items()}
+            start, shown = end, set()
+        if sha is not None:
+            shown.add(sha)
+    if start < len(ids):
+        yield {name: values[start:] for name, values in batch.items()}
 
 
 def export_project(
@@ -235,11 +259,11 @@ def export_project(
     if image == "path":  # the images' folder is moved into place with the export, or not at all
         folder = images_folder(target)
         with atomic_path(folder, directory=True) as partial:
-            batches = _add_images(batches, db, project_id, fmt, partial, folder.name)
+            batches = _add_images(batches, db, project_id, partial, folder.name)
             count = write_export(batches, target, fmt, arrow_schema, on_batch=progress, csv_escape=escape)
     else:
         if image == "bytes":
-            batches = _add_images(batches, db, project_id, fmt, None, "")
+            batches = _add_images(batches, db, project_id, None, "")
         count = write_export(batches, target, fmt, arrow_schema, on_batch=progress, csv_escape=escape)
     if push_to_hub:
         _push(target, push_to_hub, token)

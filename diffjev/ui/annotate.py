@@ -12,7 +12,9 @@ import gradio as gr
 from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml
 
+from diffjev.images import ImageData
 from diffjev.services import annotation
+from diffjev.services.images import item_image
 from diffjev.services.prelabel import background_line
 from diffjev.spans import parse_span_value
 from storage import repo
@@ -96,6 +98,23 @@ def item_html(card: annotation.Card) -> str:
         + (f"<table class='dj-fields'>{fields}</table>" if fields else "")
         + "</div>"
     )
+
+
+def image_html(image: ImageData) -> str:
+    """The item's image, inline as a data URL: the page gets it with the item its scope loaded, and there is
+    no address from which another page could fetch it. A click zooms in and out; its type
+    is one Pillow found in the bytes (PNG, JPEG, GIF, WebP), never markup."""
+    zoom = "this.classList.toggle('dj-zoomed')"
+    return (
+        f"<div class='dj-image'><img src='{image.data_url()}' width='{image.width}' alt='Image of the item, "
+        f"{image.width}×{image.height}' title='Click to zoom' onclick=\"{zoom}\"></div>"
+    )
+
+
+def item_with_image_html(card: annotation.Card | annotation.ItemCard, image: ImageData | None) -> str:
+    """The item as text, with its image beside it where it has one: the same in both views of the tab."""
+    item = item_html(card)
+    return item if image is None else f"<div class='dj-with-image'>{image_html(image)}{item}</div>"
 
 
 def options_html(question) -> str:
@@ -234,10 +253,11 @@ def build(studio: Studio) -> None:
             )
             for i in range(MAX_KEYS)
         ]
+        image = item_image(studio.db, card.project_id, card.item_id)  # the card's item, in the scope's project
         return (
             annotating,
             line,
-            item_html(card),
+            item_with_image_html(card, image),
             instructions_html(card.question.instructions),
             options_html(card.question),
             label,

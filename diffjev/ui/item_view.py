@@ -290,17 +290,6 @@ def question_html(index: int, entry: annotation.Entry) -> str:
     )
 
 
-def image_html(image: ImageData) -> str:
-    """The item's image, inline as a data URL: the page gets it with the item its scope loaded, and there is
-    no address from which another page could fetch it. A click zooms in and out; its type
-    is one Pillow found in the bytes (PNG, JPEG, GIF, WebP), never markup."""
-    zoom = "this.classList.toggle('dj-zoomed')"
-    return (
-        f"<div class='dj-image'><img src='{image.data_url()}' width='{image.width}' alt='Image of the item, "
-        f"{image.width}×{image.height}' title='Click to zoom' onclick=\"{zoom}\"></div>"
-    )
-
-
 def staged_attributes(entry: annotation.Entry) -> tuple[str, str]:
     """A staged question's class (hidden while it does not apply) and its condition, for the page to show
     or hide it as the answers above it change."""
@@ -399,10 +388,7 @@ def item_view_html(card: annotation.ItemCard, image: ImageData | None = None) ->
     questions = "".join(
         WIDGETS[entry.question.type.widget](i - first, entry, card.text) for i, entry in enumerate(shown)
     )
-    item = annotate.item_html(card)
-    if image is not None:
-        item = f"<div class='dj-with-image'>{image_html(image)}{item}</div>"
-    return f"{item}<div class='dj-questions'>{questions}</div>"
+    return f"{annotate.item_with_image_html(card, image)}<div class='dj-questions'>{questions}</div>"
 
 
 def progress_line(db, card: annotation.ItemCard, note: str) -> str:
