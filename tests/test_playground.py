@@ -56,3 +56,38 @@ def test_bad_schemas_get_a_message_not_a_traceback(playground, schema_text, says
     bars, jev, status = playground.predict(schema_text, "x", api_name="/read")
     shown = html.unescape(status)  # the message writes the schema's text as character references
     assert bars == "" and says in shown and "Traceback" not in shown
+
+
+def test_a_read_of_span_and_staged_questions_shows_each_answer_and_each_skip(playground):
+    schema = {
+        "questions": [
+            {"id": "urgent", "type": "yes_no", "instructions": "Urgent?"},
+            {"id": "who", "type": "span", "instructions": "Who is named?", "max_tokens": 4},
+            {"id": "why", "type": "yes_no", "instructions": "Outage?", "ask_if": {"urgent": ["yes", "no"]}},
+        ]
+    }
+    text = "Alice <b>paid</b> Bob."
+    bars, jev, status = playground.predict(json.dumps(schema), text, api_name="/read")
+    assert "draw" in status and "Read failed" not in status
+    assert jev["who"]["type"] == "span" and set(jev) == {"urgent", "who", "why"}
+    assert "<b>who</b>" in bars and "<b>paid</b>" not in bars  # the item's markup is shown as text
+    if jev["who"]["found"]:
+        assert html.escape(f"“{jev['who']['text']}”") in bars
+    else:
+        assert "none" in bars
+    span_only = {"questions": [{"id": "who", "type": "span", "instructions": "Who is named?", "max_tokens": 4}]}
+    bars, jev, status = playground.predict(json.dumps(span_only), text, api_name="/read")
+    assert "Read failed" not in status and "<b>who</b>" in bars
+
+
+def test_a_question_whose_condition_fails_is_shown_as_not_asked(playground):
+    urgent = {"id": "urgent", "type": "yes_no", "instructions": "Urgent?"}
+    _, jev, _ = playground.predict(json.dumps({"questions": [urgent]}), "Everything is down.", api_name="/read")
+    was = "yes" if jev["urgent"]["noul"] >= 0.5 else "no"
+    other = "no" if was == "yes" else "yes"
+    staged = {
+        "questions": [urgent, {"id": "why", "type": "yes_no", "instructions": "Outage?", "ask_if": {"urgent": other}}]
+    }
+    bars, jev, status = playground.predict(json.dumps(staged), "Everything is down.", api_name="/read")
+    assert jev["why"] is None
+    assert html.unescape(bars).count("not asked (urgent was " + was + "; asked when it is " + other + ")") == 1

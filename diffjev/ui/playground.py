@@ -10,6 +10,7 @@ from typing import Any
 import gradio as gr
 
 from diffjev.decide import Decision
+from diffjev.spans import SpanAnswer
 from diffjev.demo import TICKETS_SCHEMA
 from diffjev.engines.slot import EngineSlot
 from diffjev.engines.base import EngineError
@@ -28,9 +29,27 @@ CONFIDENCE_NOTE = (
 
 
 def distribution_html(decision: Decision) -> str:
-    """Each question's distribution as bars; every name is escaped, so an item cannot inject markup."""
+    """Each question's distribution as bars (a span question: its words and offsets; a staged question the
+    read did not ask: why); every name is escaped, so an item cannot inject markup."""
     rows = []
-    for qid, answer in decision.answers.items():
+    skipped = decision.diagnostics.get("skipped") or {}
+    for q in decision.schema.questions:
+        qid, answer = q.id, decision.answers.get(q.id)
+        if answer is None:
+            why = skipped.get(qid) or {}
+            rows.append(
+                f"<div class='dj-q'><b>{html.escape(qid)}</b>: not asked ({html.escape(str(why.get('because')))} "
+                f"was {html.escape(str(why.get('was')))}; asked when it is "
+                f"{html.escape(' or '.join(map(str, why.get('wanted') or [])))})</div>"
+            )
+            continue
+        if isinstance(answer, SpanAnswer):
+            words = " · ".join(f"“{s.text}” ({s.start}-{s.end}, {s.confidence:.3f})" for s in answer.spans)
+            rows.append(
+                f"<div class='dj-q'><b>{html.escape(qid)}</b>: {html.escape(words or 'none')} "
+                f"(confidence {answer.confidence:.3f} over {answer.reads} read(s))</div>"
+            )
+            continue
         bars = "".join(
             f"<div class='dj-row'><span class='dj-name'>{html.escape(name)}</span>"
             f"<span class='dj-bar' style='width:{100 * p:.1f}%'></span><span>{p:.3f}</span></div>"
