@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from diffjev.services.annotation import project_question, project_schema
-from diffjev.services.review import shown_id, shown_item
+from diffjev.services.annotation import is_span_question, project_question, project_schema
+from diffjev.services.review import checked_answer, refuse_unasked, shown_id, shown_item
 from storage import repo
 from storage.db import Database
 
@@ -117,7 +117,7 @@ def adjudicate(
     value = str(value or "").strip()
     if not value:
         raise ValueError(f"{question_key}: pick one of the given answers or write another; none was given")
-    if value not in question.names:
+    if not is_span_question(question) and value not in question.names:
         raise ValueError(
             f"{value!r} is not an answer to {question_key}; pick one of the given answers or write one of "
             f"{', '.join(question.names)}"
@@ -133,7 +133,10 @@ def adjudicate(
                 f"item {item} has no answer to {question_key} yet: adjudication settles the annotators' answers, "
                 f"so answer it on the Annotate tab first"
             )
-        row = repo.adjudicate(session, item_id, rows[question_key], value, reviewer, comment or None)
+        # a span answer is checked against the item's text and kept in its canonical form ("12-18")
+        stored = checked_answer(question, value, repo.project_item(session, project_id, item_id).text)[0]
+        refuse_unasked(session, item_id, schema, rows, question)
+        row = repo.adjudicate(session, item_id, rows[question_key], stored, reviewer, comment or None)
         return Settled(row.value, row.reviewer, row.comment, row.revision)
 
     return db.write(work)
