@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from diffjev.question_types import QUESTION_TYPES
 from diffjev.services.annotation import is_span_question, project_question, project_schema
 from diffjev.services.review import checked_answer, refuse_unasked, shown_id, shown_item
+from diffjev.spans import span_words
 from storage import repo
 from storage.db import Database
 
@@ -52,6 +54,14 @@ class Case:
     distribution: dict[str, float] | None = None
     run_id: int | None = None
     settled: Settled | None = None
+    kind: str = ""  # the question's kind: a span answer is shown by its words
+
+    def shown(self, value: str | None) -> str | None:
+        """An answer as the reviewer reads it: a span answer by its words and offsets, any other as it is."""
+        kind_type = QUESTION_TYPES.get(self.kind)
+        if value is None or kind_type is None or kind_type.reads != "span":
+            return value
+        return span_words(value, self.text, self.kind)
 
     def given(self) -> list[str]:
         """The distinct answers the annotators gave, in the order first given."""
@@ -88,7 +98,8 @@ def cases(
     found = {}
     for item_id, question_id in pairs:
         item = items[item_id]
-        case = Case(item_id, shown_id(item_id, item.external_id), item.text, key_of[question_id])
+        key = key_of[question_id]
+        case = Case(item_id, shown_id(item_id, item.external_id), item.text, key, kind=schema.question(key).kind)
         suggestion = suggestions.get((item_id, question_id))
         if suggestion is not None:
             case.model_answer, case.distribution, case.run_id = suggestion
@@ -157,7 +168,7 @@ def describe(case: Case) -> dict[str, Any]:
     return {
         "item": case.item,
         "question": case.question,
-        "answers": " · ".join(f"{a.annotator}: {a.value}" for a in case.answers),
-        "model": case.model_answer,
-        "adjudicated": case.settled.value if case.settled else None,
+        "answers": " · ".join(f"{a.annotator}: {case.shown(a.value)}" for a in case.answers),
+        "model": case.shown(case.model_answer),
+        "adjudicated": case.shown(case.settled.value) if case.settled else None,
     }
