@@ -74,8 +74,7 @@ def allowed_model(name: str, model_dir: Path) -> str:
             return str(local)
         if not inside and (root / where).exists():
             raise EngineError(
-                f"model {name!r} leads outside the models folder ({MODEL_DIR_SETTING}); "
-                "move the model into it"
+                f"model {name!r} leads outside the models folder ({MODEL_DIR_SETTING}); move the model into it"
             )
     # transformers loads a name that exists as a relative folder from that folder, not from the Hub.
     if HUB_MODEL.fullmatch(name) and len(name) <= 96 and not where.exists():
