@@ -189,6 +189,18 @@ def parse_span_value(value: str, text: str, kind: str) -> tuple[Span, ...]:
     return tuple(spans)
 
 
+def span_words(value: str, text: str, kind: str) -> str:
+    """A stored span answer as a person reads it: its words, each quoted, then the offsets that name them
+    ("“Acme Phone X” (14-26)"), or "none"; a value that does not fit the text (any more) as it is."""
+    try:
+        spans = parse_span_value(value, text, kind)
+    except ValueError:
+        return value
+    if not spans:
+        return NONE_VALUE
+    return ", ".join(f"“{s.text}”" for s in spans) + f" ({span_value(spans)})"
+
+
 def spans_from_detail(detail: Mapping[str, Any] | None, text: str) -> tuple[Span, ...]:
     """The spans a stored `detail` holds, each checked against the item text (ValueError when one does
     not match it: the text changed since, or the row was written by hand)."""

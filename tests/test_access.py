@@ -206,6 +206,22 @@ def test_the_studio_refuses_an_import_name_outside_its_folder(studio):
         Client(server.url, auth=USERS[0], verbose=False).predict(None, "../../etc", api_name="/import_preview")
 
 
+def test_an_import_refusal_never_says_where_the_server_keeps_the_import_folder(tmp_path, dgemma_engine):
+    folder = tmp_path / "importdir"
+    folder.mkdir()
+    os.symlink("/etc", folder / "link")
+    db = studio_db(tmp_path / "import.db", ["one"], dgemma_engine)
+    server, _ = serve_studio(db, dgemma_engine, import_dir=folder)  # as an absolute DIFFJEV_IMPORT_DIR
+    with server:
+        client = Client(server.url, verbose=False)
+        for name in ("../../etc", "/etc", "link", "not a dataset!"):
+            with pytest.raises(Exception) as refused:
+                client.predict(None, name, api_name="/import_preview")
+            said = str(refused.value)
+            assert "the import folder" in said, said
+            assert str(tmp_path) not in said and str(tmp_path.resolve()) not in said, said
+
+
 def test_uploads_above_the_limit_are_refused(tmp_path, dgemma_engine):
     db = studio_db(tmp_path / "upload.db", ["one"], dgemma_engine)
     server, _ = serve_studio(db, dgemma_engine, auth=USERS, max_upload="2kb")  # as DIFFJEV_MAX_UPLOAD=2kb

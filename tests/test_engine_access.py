@@ -85,6 +85,19 @@ def test_a_model_from_the_studio_is_a_hub_name_or_a_folder_in_the_models_folder(
     assert "completed" in summary and "2 items read, 0 failed" in summary, summary
 
 
+def test_a_refused_model_never_says_where_the_server_keeps_the_models_folder(setup, tiny_model_folder):
+    client, _, _ = setup
+    models = tiny_model_folder.parent
+    if not (models / "out").is_symlink():
+        (models / "out").symlink_to(models.parent)
+    for name in ("/etc", "../elsewhere", "out", "not a model!"):
+        with pytest.raises(Exception) as refused:
+            prelabel(client, "transformers", "", name)
+        said = str(refused.value)
+        assert "the models folder (DIFFJEV_MODEL_DIR)" in said, said
+        assert str(models) not in said and str(models.resolve()) not in said, said
+
+
 def test_allowed_model_refuses_links_out_and_names_that_are_local_paths(tmp_path, monkeypatch):
     models = tmp_path / "models"
     (models / "mine").mkdir(parents=True)

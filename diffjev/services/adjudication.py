@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from diffjev.services.annotation import project_question, project_schema
-from diffjev.services.review import shown_id, shown_item
+from diffjev.question_types import QUESTION_TYPES
+from diffjev.services.annotation import is_span_question, project_question, project_schema
+from diffjev.services.review import checked_answer, refuse_unasked, shown_id, shown_item
+from diffjev.spans import span_words
 from storage import repo
 from storage.db import Database
 
@@ -52,6 +54,14 @@ class Case:
     distribution: dict[str, float] | None = None
     run_id: int | None = None
     settled: Settled | None = None
+    kind: str = ""  # the question's kind: a span answer is shown by its words
+
+    def shown(self, value: str | None) -> str | None:
+        """An answer as the reviewer reads it: a span answer by its words and offsets, any other as it is."""
+        kind_type = QUESTION_TYPES.get(self.kind)
+        if value is None or kind_type is None or kind_type.reads != "span":
+            return value
+        return span_words(value, self.text, self.kind)
 
     def given(self) -> list[str]:
         """The distinct answers the annotators gave, in the order first given."""
@@ -88,7 +98,8 @@ def cases(
     found = {}
     for item_id, question_id in pairs:
         item = items[item_id]
-        case = Case(item_id, shown_id(item_id, item.external_id), item.text, key_of[question_id])
+        key = key_of[question_id]
+        case = Case(item_id, shown_id(item_id, item.external_id), item.text, key, kind=schema.question(key).kind)
         suggestion = suggestions.get((item_id, question_id))
         if suggestion is not None:
             case.model_answer, case.distribution, case.run_id = suggestion
@@ -117,7 +128,7 @@ def adjudicate(
     value = str(value or "").strip()
     if not value:
         raise ValueError(f"{question_key}: pick one of the given answers or write another; none was given")
-    if value not in question.names:
+    if not is_span_question(question) and value not in question.names:
         raise ValueError(
             f"{value!r} is not an answer to {question_key}; pick one of the given answers or write one of "
             f"{', '.join(question.names)}"
@@ -133,7 +144,10 @@ def adjudicate(
                 f"item {item} has no answer to {question_key} yet: adjudication settles the annotators' answers, "
                 f"so answer it on the Annotate tab first"
             )
-        row = repo.adjudicate(session, item_id, rows[question_key], value, reviewer, comment or None)
+        # a span answer is checked against the item's text and kept in its canonical form ("12-18")
+        stored = checked_answer(question, value, repo.project_item(session, project_id, item_id).text)[0]
+        refuse_unasked(session, item_id, schema, rows, question)
+        row = repo.adjudicate(session, item_id, rows[question_key], stored, reviewer, comment or None)
         return Settled(row.value, row.reviewer, row.comment, row.revision)
 
     return db.write(work)
@@ -154,7 +168,7 @@ def describe(case: Case) -> dict[str, Any]:
     return {
         "item": case.item,
         "question": case.question,
-        "answers": " · ".join(f"{a.annotator}: {a.value}" for a in case.answers),
-        "model": case.model_answer,
-        "adjudicated": case.settled.value if case.settled else None,
+        "answers": " · ".join(f"{a.annotator}: {case.shown(a.value)}" for a in case.answers),
+        "model": case.shown(case.model_answer),
+        "adjudicated": case.shown(case.settled.value) if case.settled else None,
     }

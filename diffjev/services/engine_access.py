@@ -63,7 +63,8 @@ def allowed_server_url(typed: str, allowed: Sequence[str]) -> str:
 
 
 def allowed_model(name: str, model_dir: Path) -> str:
-    """A folder inside `model_dir` (as its resolved path) or a Hub name; anything else is EngineError."""
+    """A folder inside `model_dir` (as its resolved path) or a Hub name; anything else is EngineError, which
+    names the folder by its setting, never by where the server keeps it."""
     where = Path(name)
     if not where.is_absolute() and ".." not in where.parts and "\x00" not in name:
         root = model_dir.resolve()
@@ -73,15 +74,14 @@ def allowed_model(name: str, model_dir: Path) -> str:
             return str(local)
         if not inside and (root / where).exists():
             raise EngineError(
-                f"model {name!r} leads outside the models folder {model_dir} ({MODEL_DIR_SETTING}); "
-                "move the model into it"
+                f"model {name!r} leads outside the models folder ({MODEL_DIR_SETTING}); move the model into it"
             )
     # transformers loads a name that exists as a relative folder from that folder, not from the Hub.
     if HUB_MODEL.fullmatch(name) and len(name) <= 96 and not where.exists():
         return name
     raise EngineError(
         f"model {name!r}: from the studio a model is a Hugging Face Hub name (owner/name) or a folder "
-        f"inside the models folder {model_dir} ({MODEL_DIR_SETTING}); move the model there, or "
+        f"inside the models folder ({MODEL_DIR_SETTING}); move the model there, or "
         f"run it from the command line"
     )
 

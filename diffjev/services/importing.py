@@ -51,24 +51,25 @@ class ImportReport:
 def dataset_source(name: str, folder: Path) -> str | HubDataset:
     """What a studio user may import by name: a saved dataset folder inside `folder`, or a Hugging Face
     Hub dataset name. A name that reaches outside `folder` (absolute, `..`, a link out) is refused, so a
-    user of the studio cannot read the server's other files."""
+    user of the studio cannot read the server's other files; a refusal says "the import folder", never
+    where the server keeps it."""
     name = name.strip()
     where = Path(name)
     if where.is_absolute() or ".." in where.parts or "\x00" in name:
         raise SourceError(
-            f"dataset {name!r}: a folder must be named relative to the import folder {folder}, "
+            f"dataset {name!r}: a folder must be named relative to the import folder, "
             f"without '..'; move the dataset under it, or give a Hub dataset name (owner/name)"
         )
     root = folder.resolve()
     local = (root / where).resolve()
     if not local.is_relative_to(root):
-        raise SourceError(f"dataset {name!r} leads outside the import folder {folder}; move the dataset under it")
+        raise SourceError(f"dataset {name!r} leads outside the import folder; move the dataset under it")
     if local.is_dir():
         return str(local)
     if HUB_DATASET.fullmatch(name):
         return HubDataset(name)  # fetched from the Hub only, never looked up on the server's disk
     raise SourceError(
-        f"dataset {name!r} is neither a folder under the import folder {folder} nor a Hub dataset name (owner/name)"
+        f"dataset {name!r} is neither a folder under the import folder nor a Hub dataset name (owner/name)"
     )
 
 

@@ -7,7 +7,9 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from diffjev.services.annotation import project_question, project_schema
+from diffjev.schema import Question, Schema
+from diffjev.services.annotation import is_span_question, project_question, project_schema, span_answer
+from diffjev.staging import skips
 from storage import repo
 from storage.db import Database
 from storage.models import Item, Response, Suggestion
@@ -167,18 +169,63 @@ def agreement(db: Database, project_name: str) -> tuple[list[dict[str, Any]], li
 
 def reopen(db: Database, project_name: str, item: str, question_key: str, value: str, reviewer: str) -> int:
     """Change an item's answer from the review screen, the item named by the id its card shows; recorded
-    as the reviewer's answer and an event. Returns the item's row id."""
+    as the reviewer's answer and an event. A span answer ("12-18") is checked against the item's text and
+    stored with its spans; a staged question the item's answers do not ask is refused. Returns the item's
+    row id."""
     project_id, schema, rows, _ = project_schema(db, project_name)
     question = project_question(schema, question_key)
-    if value not in question.names:
-        raise ValueError(f"{value!r} is not an answer to {question_key}; answers: {', '.join(question.names)}")
+    if not is_span_question(question):  # a span answer is checked against the item's text, once it is found
+        question.type.human_value(question, value)
 
     def work(session) -> int:
         item_id = shown_item(session, project_id, item)
-        repo.respond(session, repo.ResponseInput(item_id, rows[question_key], reviewer, value, "manual"))
+        stored, detail = checked_answer(question, value, repo.project_item(session, project_id, item_id).text)
+        refuse_unasked(session, item_id, schema, rows, question)
+        repo.respond(
+            session, repo.ResponseInput(item_id, rows[question_key], reviewer, stored, "manual", detail=detail)
+        )
         return item_id
 
     return db.write(work)
+
+
+def checked_answer(question: Question, value: Any, text: str) -> tuple[str, dict[str, Any] | None]:
+    """A reviewer's answer as stored, with its `detail`: a span answer's spans, as the annotators' are
+    stored. ValueError names the question and the answers it takes."""
+    if is_span_question(question):
+        return span_answer(question, value, text)
+    return question.type.human_value(question, value, text), None
+
+
+def final_answers(session, item_id: int, schema: Schema, rows: dict[str, int]) -> dict[str, str | None]:
+    """An item's answers as a reviewer sees them, by question id: the adjudicated one, else the annotators'
+    latest submitted one (their agreed one where they agree), else the model's current one."""
+    key_of = {row: key for key, row in rows.items()}
+    question_rows = [rows[q.id] for q in schema.questions]
+    answers: dict[str, str | None] = {}
+    for (_, row), (model_answer, _, _) in repo.suggestions_of(session, [item_id], question_rows, None).items():
+        answers[key_of[row]] = model_answer
+    for _, row, _, value, _, _ in repo.given_answers(session, [item_id], question_rows):  # oldest first
+        answers[key_of[row]] = value
+    for (_, row), settled in repo.adjudications_of(session, [item_id], question_rows).items():
+        answers[key_of[row]] = settled.value
+    return answers
+
+
+def refuse_unasked(session, item_id: int, schema: Schema, rows: dict[str, int], question: Question) -> None:
+    """Raise ValueError when the item's answers do not ask `question` (a staged question whose condition
+    an earlier answer does not meet): an answer to it would contradict the skip the export keeps. The
+    message names the earlier question, the answers the question is asked under, and what to do."""
+    if not question.ask_if:
+        return
+    record = skips(schema.questions, final_answers(session, item_id, schema, rows)).get(question.id)
+    if record is None:
+        return
+    because, was = record["because"], record["was"]
+    has = f"the item's {because} is {was}" if was is not None else f"the item has no answer to {because}"
+    raise ValueError(
+        f"{question.id} is asked only when {because} is {' or '.join(record['wanted'])}; {has}: change {because} first"
+    )
 
 
 def shown_item(session, project_id: int, item: str) -> int:

@@ -38,22 +38,22 @@ def card_markdown(case: adjudication.Case) -> str:
     ]
     for a in case.answers:
         seconds = f"{a.seconds:.1f}" if a.seconds is not None else "–"
-        lines.append(f"| {md_text(a.annotator)} | {md_text(a.value)} | {md_text(a.source)} | {seconds} |")
+        lines.append(f"| {md_text(a.annotator)} | {md_text(case.shown(a.value))} | {md_text(a.source)} | {seconds} |")
     lines.append("")
     if case.distribution:
         shown = " · ".join(
             f"{md_text(name)} {p:.2f}" for name, p in sorted(case.distribution.items(), key=lambda kv: -kv[1])
         )
         lines.append(f"**Model** (run {case.run_id}): {shown}")
+    elif case.model_answer is not None:  # a span answer: no distribution over names, the words it read
+        lines.append(f"**Model** (run {case.run_id}): {md_text(case.shown(case.model_answer))}")
     else:
         lines.append("**Model**: no read of this item and question in the chosen run.")
     if case.settled is not None:
         s = case.settled
         comment = f": “{md_text(s.comment)}”" if s.comment else ""
-        lines += [
-            "",
-            f"**Settled** as **{md_text(s.value)}** by {md_text(s.reviewer)}{comment} (revision {s.revision})",
-        ]
+        settled = md_text(case.shown(s.value))
+        lines += ["", f"**Settled** as **{settled}** by {md_text(s.reviewer)}{comment} (revision {s.revision})"]
     return "\n".join(lines)
 
 
@@ -162,7 +162,7 @@ def case_outputs(found: list[adjudication.Case], counts: dict[str, int], after: 
         card_markdown(case),
         case.item,
         case.question,
-        gr.update(choices=given, value=value),
+        gr.update(choices=[(case.shown(v), v) for v in given], value=value),  # span answers by their words
         "",
         comment,
         table,
