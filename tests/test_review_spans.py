@@ -116,3 +116,19 @@ def test_the_studio_api_changes_and_settles_span_answers(tmp_path, dgemma_engine
     with db.read() as session:
         [row] = session.scalars(select(Adjudication)).all()
     assert row.value == "14-24"
+
+
+def test_agreement_between_annotators_counts_span_answers_as_they_match(db):
+    disagreeing(db)  # item a: product and parts differ between ann and bob
+    _, second = item_ids(db)
+    same = {"product": offsets(span_of(TEXTS[1], TEXTS[1].split()[0])), "parts": "none"}
+    for who in ("ann", "bob"):
+        annotation.accept_item(db, card_of(db, second), who, same, 1)
+    table, differing = review.agreement(db, "p")
+    rows = {row["question"]: row for row in table}
+    assert rows["product"]["items"] == 2 and rows["product"]["agreement"] == 0.5
+    assert rows["parts"]["items"] == 2 and rows["parts"]["agreement"] == 0.5
+    assert {(d["question"], d["ann"], d["bob"]) for d in differing} == {
+        ("product", offsets(PRODUCT), offsets(SHORTER)),
+        ("parts", offsets(SCREEN), offsets(SCREEN, HINGE)),
+    }

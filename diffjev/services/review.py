@@ -145,7 +145,9 @@ def agreement(db: Database, project_name: str) -> tuple[list[dict[str, Any]], li
             shared = sorted(set(by_annotator[a]) & set(by_annotator[b]))
             if not shared:
                 continue
-            names = list(q.names)
+            # Label kinds: their answer names, in order (a score's order weighs near misses). A span answer
+            # has no fixed set: the answers given are its categories, and two agree when they match exactly.
+            names = list(q.names) or sorted({by_annotator[who][i] for who in (a, b) for i in shared})
             x = [names.index(by_annotator[a][i]) for i in shared]
             y = [names.index(by_annotator[b][i]) for i in shared]
             weights = "quadratic" if q.type.ordinal else None
