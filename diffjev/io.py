@@ -686,8 +686,9 @@ def _export_error(exc: OSError, target: str | os.PathLike) -> ExportError:
     if not full and exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EROFS):
         raise exc
     reason = "no space left on device" if full or exc.errno == errno.ENOSPC else exc.strerror
+    # The file's name only: the studio shows this message, and a page never says where the server keeps files.
     return ExportError(
-        f"the export could not be written to {target}: {reason}. Nothing was written under "
+        f"the export could not be written to {Path(target).name}: {reason}. Nothing was written under "
         f"that name; free some space or choose another folder"
     )
 
