@@ -3,9 +3,17 @@ is told once, with the way out; the tabs refresh what an import changed."""
 
 from __future__ import annotations
 
+import pandas as pd
+from sqlalchemy import select
+
+from diffjev import Schema
+from diffjev.services.importing import import_items
 from storage import repo
-from studio_fixtures import serve_studio, studio_db
+from storage.db import Database
+from studio_fixtures import choose, one_question_at_a_time, serve_studio, studio_db
 from test_browser_roles import USERS, log_in
+from test_spanstudio_service import SCHEMA as SPAN_SCHEMA
+from test_spanstudio_service import TEXTS, span_of, store_span_suggestions
 
 
 def test_a_member_removed_while_the_page_is_open_is_told_once_with_the_way_out(tmp_path, dgemma_engine, browser):
@@ -29,3 +37,39 @@ def test_a_member_removed_while_the_page_is_open_is_told_once_with_the_way_out(t
         assert page.locator(".toast-body").count() == 0
         assert page.get_by_role("link", name="Open your projects").get_attribute("href") == "/"
         context.close()
+
+
+def test_the_one_question_view_of_a_span_question_marks_the_span_and_offers_no_answer_list(
+    tmp_path, dgemma_engine, browser
+):
+    urgent = {"id": "urgent", "type": "yes_no", "instructions": "Urgent?"}
+    schema = {**SPAN_SCHEMA, "questions": [*SPAN_SCHEMA["questions"], urgent]}
+    db = Database(tmp_path / "one.db")
+    with db.session() as session:
+        repo.create_project(session, "tickets", Schema.from_dict(schema), "owner")
+    import_items(db, "tickets", pd.DataFrame({"id": ["a"], "text": [TEXTS[0]]}), id_field="id")
+    with db.read() as session:
+        (first,) = session.scalars(select(repo.Item.id))
+    store_span_suggestions(db, "tickets", {first: {"product": (span_of(TEXTS[0], "Acme Phone X", 0.83),)}})
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(server.url)
+        one_question_at_a_time(page)
+        choose(page, "#annotate-question", "product")
+        page.locator("#annotate-start").click()
+        page.locator("#item .dj-mark").wait_for()
+        assert page.inner_text("#item .dj-mark") == "Acme Phone X"
+        assert "“Acme Phone X” 83%" in page.inner_text("#suggestion-info")
+        for nothing_to_pick in ("#distribution", "#pick-any", "#pick-any-go", "#pick-1"):
+            assert not page.locator(nothing_to_pick).is_visible(), nothing_to_pick
+        keys = page.inner_text("#keys-help")
+        assert "Enter" in keys and "1–9" not in keys and "item view" in keys, keys
+        # an options question brings the distribution, the list and the number keys back
+        choose(page, "#annotate-question", "urgent")
+        page.locator("#annotate-start").click()
+        page.locator("#pick-any-go").wait_for()
+        assert "1–9" in page.inner_text("#keys-help")
+        assert page.locator("#distribution").is_visible() and page.locator("#pick-any").is_visible()
+        assert page.locator("#item .dj-mark").count() == 0
+        page.close()
