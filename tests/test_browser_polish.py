@@ -7,6 +7,7 @@ import pandas as pd
 from sqlalchemy import select
 
 from diffjev import Schema
+from diffjev.services import annotation
 from diffjev.services.importing import import_items
 from storage import repo
 from storage.db import Database
@@ -72,4 +73,27 @@ def test_the_one_question_view_of_a_span_question_marks_the_span_and_offers_no_a
         assert "1–9" in page.inner_text("#keys-help")
         assert page.locator("#distribution").is_visible() and page.locator("#pick-any").is_visible()
         assert page.locator("#item .dj-mark").count() == 0
+        page.close()
+
+
+def test_review_shows_span_answers_with_their_words(tmp_path, dgemma_engine, browser):
+    db = Database(tmp_path / "review.db")
+    with db.session() as session:
+        repo.create_project(session, "tickets", Schema.from_dict(SPAN_SCHEMA), "owner")
+    import_items(db, "tickets", pd.DataFrame({"id": ["a"], "text": [TEXTS[0]]}), id_field="id")
+    with db.read() as session:
+        (first,) = session.scalars(select(repo.Item.id))
+    store_span_suggestions(db, "tickets", {first: {"product": (span_of(TEXTS[0], "Acme Phone X"),)}})
+    _, _, rows, _ = annotation.project_schema(db, "tickets")
+    human = span_of(TEXTS[0], "Acme Phone")
+    answer = repo.ResponseInput(first, rows["product"], "owner", f"{human.start}-{human.end}", "manual")
+    db.write(lambda session: repo.respond(session, answer))
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        page = browser.new_page(viewport={"width": 1280, "height": 1400})
+        page.goto(server.url)
+        page.get_by_role("tab", name="Review").click()
+        page.wait_for_function("document.querySelector('#review-disagreements')?.innerText.includes('Acme')")
+        table = page.inner_text("#review-disagreements")
+        assert "“Acme Phone X” 14-26" in table and "“Acme Phone” 14-24" in table, table
         page.close()
