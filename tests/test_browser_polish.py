@@ -7,6 +7,8 @@ import pandas as pd
 from sqlalchemy import select
 
 from diffjev import Schema
+from diffjev.engines.auto import ChosenEngine, fallback_notice
+from diffjev.engines.slot import EngineSlot
 from diffjev.services import annotation
 from diffjev.services.importing import import_items
 from storage import repo
@@ -96,4 +98,34 @@ def test_review_shows_span_answers_with_their_words(tmp_path, dgemma_engine, bro
         page.wait_for_function("document.querySelector('#review-disagreements')?.innerText.includes('Acme')")
         table = page.inner_text("#review-disagreements")
         assert "“Acme Phone X” 14-26" in table and "“Acme Phone” 14-24" in table, table
+        page.close()
+
+
+def test_import_leaves_the_image_column_out_of_the_context_and_the_picker_counts_the_new_items(
+    tmp_path, dgemma_engine, browser
+):
+    db = studio_db(tmp_path / "import.db", ["Already here"])
+    # the engine's own sentence ends with a full stop, as the fallback's does
+    described = ChosenEngine(dgemma_engine, fallback_notice("tiny-ar", "tiny-dgemma", "is not there"), fallback=True)
+    server, _ = serve_studio(db, EngineSlot.holding(described))
+    path = tmp_path / "tickets.csv"
+    path.write_text("id,text,plan,photo\nu1,The site is down,pro,a.png\nu2,Refund my invoice,team,b.png\n")
+    with server:
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.goto(server.url)
+        page.wait_for_function("document.querySelector('#project-picker input')?.value?.includes('1 items')")
+        page.get_by_role("tab", name="Pre-label").click()
+        engine = page.inner_text("#prelabel-studio-engine")
+        assert "local folder. Another engine" in engine and ".." not in engine, engine
+        page.get_by_role("tab", name="Import").click()
+        page.locator("#import-file input[type=file]").set_input_files(str(path))
+        page.locator("#import-preview").click()
+        page.wait_for_function("document.querySelector('#import-context').innerText.includes('photo')")
+        page.locator("#import-go").click()
+        page.wait_for_function("document.querySelector('#import-report').innerText.includes('Imported 2')")
+        page.wait_for_function("document.querySelector('#project-picker input')?.value?.includes('3 items')")
+        choose(page, "#import-image", "photo")
+        page.wait_for_function("!document.querySelector('#import-context').innerText.includes('photo')")
+        offered = [label.strip() for label in page.locator("#import-context label").all_inner_texts()]
+        assert offered == ["plan"] and page.locator("#import-context input:checked").count() == 1
         page.close()
