@@ -155,6 +155,29 @@ class AccessGate:
         await response(scope, receive, send)
 
 
+# A member removed while their page is open: the gate refuses each of the page's events (403), and Gradio's
+# page would show one error per event, every few seconds for every timer. Instead the page loads itself
+# again at the first refusal, and the gate's own page says, once, why and where to go (not_a_member_page);
+# the timers go with the old page. Only the page's events: a refused login keeps Gradio's own message.
+REFUSED_EVENTS_JS = """
+<script>
+(() => {
+  const fetchFirst = window.fetch.bind(window);
+  const EVENTS = /\\/gradio_api\\/(queue\\/join|upload|run\\/|call\\/)/;
+  let leaving = false;
+  window.fetch = async (...args) => {
+    const response = await fetchFirst(...args);
+    const target = args[0] instanceof Request ? args[0].url : String(args[0]);
+    const url = new URL(target, location.href);
+    if (response.status !== 403 || url.origin !== location.origin || !EVENTS.test(url.pathname)) return response;
+    if (!leaving) { leaving = true; location.reload(); }
+    return new Promise(() => {});  // never settles: no error for this event, the page is going
+  };
+})();
+</script>
+"""
+
+
 def sign_in_page() -> str:
     return (
         "<!doctype html><title>diffjev</title><main style='font-family:sans-serif;max-width:36em;margin:4em auto'>"

@@ -20,6 +20,7 @@ from diffjev.spans import parse_span_value
 from storage import repo
 from diffjev.ui.context import Scope, Studio, md_text, quiet_without_project, refusal
 from diffjev.ui.data import LATEST, LATEST_LABEL, keep_pick, pick_of, run_choices
+from diffjev.ui.span_text import span_segments_html, span_words_with_confidence
 
 MAX_KEYS = 9
 # Under this share of the probability on the answers, the distribution is a guess and the tab says so.
@@ -27,6 +28,13 @@ LOW_LABEL_MASS = 0.1
 HELP = (
     "**Keys:** Enter or A accept the model's answer · 1–9 pick an answer (or click it in the distribution) · "
     "S skip (it waits in the Skipped queue) · U or Backspace undo (back to when you pressed Start)"
+)
+# A span question has no answer names to pick by number: here Enter takes the model's spans, and the item
+# view, which has the span widget, is where a span is corrected.
+SPAN_HELP = (
+    "**Keys:** Enter or A accept the model's span · S skip (it waits in the Skipped queue) · U or Backspace "
+    "undo (back to when you pressed Start). To correct a span, switch **View** to the item view and select "
+    "the words there."
 )
 QUEUES = {
     "Unlabeled, in order": "in_order",
@@ -86,15 +94,20 @@ def instructions_html(text: str) -> str:
     return f"<div class='dj-question' style='font-weight: 600'>{_INSTRUCTIONS.render(text)}</div>"
 
 
-def item_html(card: annotation.Card) -> str:
-    """The item as text: every character escaped, so markup in an item is shown, never run."""
+def item_html(card: annotation.Card, marked_text: str | None = None) -> str:
+    """The item as text: every character escaped, so markup in an item is shown, never run. `marked_text`:
+    the text already cut into escaped pieces with spans marked (span_segments_html), shown instead."""
     fields = "".join(
         f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in card.fields.items()
     )
     ident = html.escape(card.external_id or str(card.item_id))
     return (
         f"<div class='dj-item'><div class='dj-id'>item {ident}</div>"
-        f"<div class='dj-text'>{html.escape(card.text)}</div>"
+        + (
+            f"<div class='dj-text'>{html.escape(card.text)}</div>"
+            if marked_text is None
+            else f"<div class='dj-text dj-spantext'>{marked_text}</div>"
+        )
         + (f"<table class='dj-fields'>{fields}</table>" if fields else "")
         + "</div>"
     )
@@ -111,10 +124,26 @@ def image_html(image: ImageData) -> str:
     )
 
 
-def item_with_image_html(card: annotation.Card | annotation.ItemCard, image: ImageData | None) -> str:
-    """The item as text, with its image beside it where it has one: the same in both views of the tab."""
-    item = item_html(card)
+def item_with_image_html(
+    card: annotation.Card | annotation.ItemCard, image: ImageData | None, item: str | None = None
+) -> str:
+    """The item as text (or as `item`, already drawn), with its image beside it where it has one: the same in
+    both views of the tab."""
+    item = item_html(card) if item is None else item
     return item if image is None else f"<div class='dj-with-image'>{image_html(image)}{item}</div>"
+
+
+def span_item_html(card: annotation.Card) -> str:
+    """A span question's item: its text with the chosen spans marked (the annotator's own, else the model's),
+    as the item view marks them."""
+    chosen = card.current if card.current is not None else (card.suggestion or {}).get("answer")
+    return item_html(card, span_segments_html(card.text, chosen, card.question.kind))
+
+
+def span_confidences(suggestion: dict | None) -> str:
+    """A line naming each suggested span's words with the model's confidence in it; none where it has none."""
+    spans = ((suggestion or {}).get("detail") or {}).get("spans") or []
+    return f"  \nEach span: {md_text(span_words_with_confidence(spans))}" if spans else ""
 
 
 def options_html(question) -> str:
@@ -176,7 +205,7 @@ def build(studio: Studio) -> None:
         queue = gr.Dropdown(list(QUEUES), value="Least confidence first", label="Queue", elem_id="annotate-queue")
         run_pick = gr.Dropdown([(LATEST_LABEL, LATEST)], value=LATEST, label="Suggestions from", elem_id="annotate-run")
         start = gr.Button("Start", elem_id="annotate-start")
-    gr.Markdown(HELP, elem_id="keys-help")
+    keys_help = gr.Markdown(HELP, elem_id="keys-help")
     ticker = gr.Timer(2.0)
     progress = gr.Markdown(elem_id="annotate-progress")
     with gr.Row():
@@ -185,18 +214,24 @@ def build(studio: Studio) -> None:
         with gr.Column(scale=2):
             prompt = gr.HTML(elem_id="question-text")  # instructions_html: Markdown would load images
             options = gr.HTML(elem_id="answer-options")
-            distribution = gr.Label(label="Model's distribution (click an answer to pick it)", elem_id="distribution")
+            # Hidden and shown again through its column, as the answer list through its row: Gradio 6.31's
+            # page loses a Label or a Dropdown whose own visibility was turned off and on.
+            with gr.Column(min_width=0) as distribution_box:
+                distribution = gr.Label(
+                    label="Model's distribution (click an answer to pick it)", elem_id="distribution"
+                )
             info = gr.Markdown(elem_id="suggestion-info")
     with gr.Row():
         accept = gr.Button("Accept (Enter)", variant="primary", elem_id="accept")
         picks = [gr.Button(f"{k}", visible=False, elem_id=f"pick-{k}") for k in range(1, MAX_KEYS + 1)]
         skip = gr.Button("Skip (S)", elem_id="skip")
         undo = gr.Button("Undo (U)", elem_id="undo")
-    with gr.Row():  # every answer, for questions with more than nine
+    with gr.Row() as answer_row:  # every answer, for questions with more than nine
         any_answer = gr.Dropdown([], label="Any answer", elem_id="pick-any")
         give = gr.Button("Answer", elem_id="pick-any-go")
     state = gr.State(None)
     outputs = [state, progress, item, prompt, options, distribution, info, accept, *picks, any_answer]
+    outputs += [keys_help, answer_row, distribution_box]  # what a span question hides or words otherwise
 
     def session_scope(session: dict, request: gr.Request) -> Scope:
         """The request's scope, which must be the project this tab's session was started on: answers go to
@@ -230,10 +265,14 @@ def build(studio: Studio) -> None:
                 gr.update(interactive=False),
                 *[gr.update(visible=False) for _ in picks],
                 gr.update(choices=[], value=None),
+                HELP,
+                gr.update(visible=True),
+                gr.update(visible=True),
             )
         done, total = annotation.progress(studio.db, card.project_id, card.question_row)
         line = f"{done} of {total} items answered for **{card.question.id}**, {total - done} to go. {note}"
         s = card.suggestion
+        spans = annotation.is_span_question(card.question)  # no answer names: nothing to pick, no distribution
         if s is None:
             label, text = None, ("Suggestion hidden: blind slice." if card.blind else "No suggestion for this item.")
         else:
@@ -244,6 +283,8 @@ def build(studio: Studio) -> None:
             if s.get("calibrated") is not None:
                 text += f"; calibrated confidence {s['calibrated']:.2f}"
             text += low_mass_notice(s.get("label_mass"))
+            if spans:
+                text += span_confidences(s)
         if card.current is not None:
             text += f"  \nYour current answer: **{md_text(shown_answer(card, card.current))}**"
         pick_updates = [
@@ -257,7 +298,7 @@ def build(studio: Studio) -> None:
         return (
             annotating,
             line,
-            item_with_image_html(card, image),
+            item_with_image_html(card, image, span_item_html(card) if spans else None),
             instructions_html(card.question.instructions),
             options_html(card.question),
             label,
@@ -265,6 +306,9 @@ def build(studio: Studio) -> None:
             gr.update(interactive=s is not None),
             *pick_updates,
             gr.update(choices=list(card.question.names), value=None),
+            SPAN_HELP if spans else HELP,
+            gr.update(visible=not spans),
+            gr.update(visible=not spans),
         )
 
     def start_queue(key: str, queue_name: str, request: gr.Request) -> tuple:

@@ -145,6 +145,8 @@ class Studio:
     picked_runs: dict[tuple[str, str], int | None] = field(default_factory=dict)
     # (handler, inputs, outputs) that fill a tab when the page loads
     on_load: list[tuple[Any, list, list]] = field(default_factory=list)
+    # (handler, inputs, outputs) that refresh what an import or its undo changed: the picker's item counts
+    on_items_changed: list[tuple[Any, list, list]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if isinstance(self.slot, ChosenEngine):

@@ -84,9 +84,12 @@ def guess_columns(columns: list[str], rows: list[dict[str, Any]], project_text: 
     return text, ident
 
 
-def context_choices(columns: list[str], text: str | None, ident: str | None, ticked: list[str] | None) -> Any:
-    """The context columns to offer: every column but the text and the id, which an item holds already."""
-    offered = [c for c in columns if c not in (text, ident)]
+def context_choices(
+    columns: list[str], text: str | None, ident: str | None, ticked: list[str] | None, image: str | None = None
+) -> Any:
+    """The context columns to offer: every column but the text, the id and the image, which an item holds
+    already."""
+    offered = [c for c in columns if c not in (text, ident, image)]
     kept = offered if ticked is None else [c for c in ticked if c in offered]
     return gr.update(choices=offered, value=kept)
 
@@ -212,10 +215,10 @@ def build_import(studio: Studio) -> None:
         confirm = confirm_update(text, project_text_field(studio.db, studio.scope(request).project))
         return found["note"], confirm, gr.update(choices=[""] + found["usable"], value="")
 
-    def columns_chosen(found: dict, text: str, ident: str, request: gr.Request) -> tuple:
+    def columns_chosen(found: dict, text: str, ident: str, image: str | None, request: gr.Request) -> tuple:
         # Every other column is offered and ticked again: the ticks are not an input, since a quick second
         # pick would send ticks the first pick's answer has already taken out of the choices.
-        return context_choices(found["usable"], text, ident or None, None), confirm_update(
+        return context_choices(found["usable"], text, ident or None, None, image or None), confirm_update(
             text, project_text_field(studio.db, studio.scope(request).project)
         )
 
@@ -278,20 +281,24 @@ def build_import(studio: Studio) -> None:
     look.click(preview_on_page, [upload, dataset], [*previewed, report], api_visibility="private").then(
         after_preview, [found_state, text_column], [note, confirm, image_column], api_visibility="private"
     )
-    for chooser in (text_column, id_column):
+    for chooser in (text_column, id_column, image_column):
         chooser.input(
             columns_chosen,
-            [found_state, text_column, id_column],
+            [found_state, text_column, id_column, image_column],
             [context, confirm],
             api_visibility="private",
         )
-    go.click(
+    imported = go.click(
         run,
         [upload, dataset, text_column, id_column, context, confirm, image_column],
         [report],
         api_name="import_items",
     ).then(imports_listed, [], [which_import], api_visibility="private")
-    undo.click(undo_chosen, [which_import], [undo_note, which_import], api_name="import_undo")
+    undone = undo.click(undo_chosen, [which_import], [undo_note, which_import], api_name="import_undo")
+    for handler, inputs, outputs in studio.on_items_changed:
+        for event in (imported, undone):
+            refresh = quiet_without_project(handler, outputs)
+            event.then(refresh, inputs, outputs, api_visibility="private", show_progress="hidden")
 
 
 CONFIGURED = "the studio's engine"
@@ -344,9 +351,10 @@ def engine_sentence(studio: Studio) -> str:
     """The Pre-label tab's line on the studio's engine, as it stands now."""
     slot = studio.slot
     if slot.chosen is not None:
-        engine = f"The studio's engine: **{md_text(slot.chosen.description)}**."
+        # A description may end a sentence of its own (the fallback's does): one full stop, not two.
+        engine = f"The studio's engine: **{md_text(slot.chosen.description.rstrip('.'))}**."
     elif slot.error is not None:
-        engine = f"The studio has no engine: {md_text(slot.error)}. Choose another below."
+        engine = f"The studio has no engine: {md_text(slot.error.rstrip('.'))}. Choose another below."
     else:
         engine = "The studio's engine: the model is still loading; pre-labels can start when it is ready."
     return f"{engine} Another engine can make a run too, to compare them in Review."

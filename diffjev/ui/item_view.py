@@ -17,10 +17,10 @@ import gradio as gr
 
 from diffjev.images import ImageData
 from diffjev.services import annotation
-from diffjev.spans import parse_span_value
 from diffjev.services.images import item_image
 from diffjev.ui import annotate
 from diffjev.ui.context import Studio, md_text, quiet_without_project, refusal
+from diffjev.ui.span_text import chosen_text, span_segments_html, span_suggestion_line
 
 MAX_ITEM_VIEW_QUESTIONS = 6
 MAX_KEYS = 9
@@ -300,38 +300,6 @@ def staged_attributes(entry: annotation.Entry) -> tuple[str, str]:
     return ("" if entry.applies else " dj-off"), staged
 
 
-def span_segments_html(text: str, value: str | None, kind: str) -> str:
-    """The item text cut where a chosen span starts or ends, each piece with its code point offset (data-o)
-    and the chosen pieces marked, as KEYS_JS paints it too. A carriage return is left out (the HTML
-    parser would fold CRLF into one character), a lone one shown as a line break."""
-    try:
-        spans = parse_span_value(value, text, kind) if value else ()
-    except ValueError:  # a stored answer that no longer fits the text: show the text unmarked
-        spans = ()
-    cuts = {0, len(text)} | {s.start for s in spans} | {s.end for s in spans}
-    cuts |= {i for i, c in enumerate(text) if c == "\r"} | {i + 1 for i, c in enumerate(text) if c == "\r"}
-    at = sorted(cuts)
-    pieces = []
-    for a, b in zip(at, at[1:]):
-        piece = text[a:b]
-        if piece == "\r":
-            piece = "" if text[b : b + 1] == "\n" else "\n"
-        marked = " dj-mark" if any(s.start <= a and b <= s.end for s in spans) else ""
-        pieces.append(f"<span data-o='{a}' class='dj-seg{marked}'>{html.escape(piece)}</span>")
-    return "".join(pieces)
-
-
-def span_suggestion_line(suggestion: dict | None) -> str:
-    """What the model suggested for a span question: each span's text and confidence, or that none fits."""
-    if not suggestion:
-        return "No suggestion: select the words in the text."
-    spans = (suggestion.get("detail") or {}).get("spans") or []
-    if not spans:
-        return f"Model: nothing fits ({suggestion['confidence'] * 100:.0f}%)."
-    shown = " · ".join(f"“{s['text']}” {float(s.get('confidence', 0)) * 100:.0f}%" for s in spans)
-    return f"Model: {shown} (confidence {suggestion['confidence'] * 100:.0f}%)."
-
-
 SPAN_HELP = (
     "Select words with the mouse, or: → / ← move the end of the span a word, Shift+→ / Shift+← its start, "
     "N answers none, Backspace drops the last span"
@@ -358,17 +326,6 @@ def span_question_html(index: int, entry: annotation.Entry, text: str) -> str:
         f"</span></div><div class='dj-spaninfo dj-spanmodel'>{html.escape(span_suggestion_line(entry.suggestion))}"
         f"</div><div class='dj-spaninfo'><small>{html.escape(keys)}</small></div></div>"
     )
-
-
-def chosen_text(text: str, value: str | None, kind: str) -> str:
-    """The chosen spans' words, as the page shows them beside the text."""
-    try:
-        spans = parse_span_value(value, text, kind) if value else None
-    except ValueError:
-        spans = None
-    if spans is None:
-        return ""
-    return " · ".join(f"“{s.text}”" for s in spans) if spans else "none"
 
 
 # Each question type names its widget (diffjev.question_types); this is how the item view draws each one.

@@ -9,17 +9,18 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 
 from diffjev import calibration as cal
 from diffjev.io import write_csv
-from diffjev.services import calibration, review
+from diffjev.services import annotation, calibration, review
 from diffjev.services.exporting import csv_escape_setting
 from diffjev.services.prelabel import prelabel
 from storage import repo
-from storage.models import ItemRead, Run
+from storage.models import Item, ItemRead, Run
 from diffjev.ui.context import Scope, Studio, md_text, refusal
 from diffjev.ui.data import LATEST, LATEST_LABEL, keep_pick, pick_of, run_choices
+from diffjev.ui.span_text import span_words_and_offsets
 
 PLOT_POINTS = 200
 HIDDEN = "hidden"  # kept in the page, out of sight: a table with no rows would show placeholder headers
@@ -276,8 +277,16 @@ def build(studio: Studio, opened: gr.Tab | None = None) -> None:
             why = review.why_empty(studio.db, project, run)
             return (
                 pd.DataFrame(review.question_report(studio.db, project, run)),
-                *table_or_why(review.disagreements(studio.db, project, run=run), why["disagreements"], columns),
-                *table_or_why(review.low_confidence_accepts(studio.db, project, run=run), why["unsure"], columns),
+                *table_or_why(
+                    with_span_words(studio, scope, review.disagreements(studio.db, project, run=run)),
+                    why["disagreements"],
+                    columns,
+                ),
+                *table_or_why(
+                    with_span_words(studio, scope, review.low_confidence_accepts(studio.db, project, run=run)),
+                    why["unsure"],
+                    columns,
+                ),
             )
         except repo.NotFound as exc:  # the picked run was deleted meanwhile
             raise refusal(exc) from None
@@ -374,6 +383,32 @@ def accept_note(curve: list[cal.AcceptPoint], target: float) -> str:
 def share(value: float) -> str:
     """A target as the user entered it: 0.95 is 95%, 0.975 is 97.5%."""
     return f"{value * 100:g}%"
+
+
+def with_span_words(studio: Studio, scope: Scope, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Answer rows with each span answer's model and human values shown as their words and offsets
+    ("“Acme Pro” 53-61" rather than "53-61"): offsets alone tell a reviewer nothing."""
+    kinds = {q.id: q.kind for q in studio.schema(scope)[1].questions if annotation.is_span_question(q)}
+    spanned = {row["item"] for row in rows if row["question"] in kinds}
+    if not spanned:
+        return rows
+    texts = item_texts(studio, scope, spanned)
+
+    def shown(row: dict[str, Any]) -> dict[str, Any]:
+        kind, text = kinds[row["question"]], texts.get(row["item"])
+        return {**row, **{side: span_words_and_offsets(row[side], text, kind) for side in ("model", "human")}}
+
+    return [shown(row) if row["question"] in kinds else row for row in rows]
+
+
+def item_texts(studio: Studio, scope: Scope, shown_ids: set[str]) -> dict[str, str]:
+    """The texts of the scope's project's items, by the id their cards show (review.shown_id)."""
+    numbers = [int(shown) for shown in shown_ids if shown.isdigit()]
+    query = select(Item.id, Item.external_id, Item.text).where(
+        Item.project_id == scope.project_id, or_(Item.external_id.in_(shown_ids), Item.id.in_(numbers))
+    )
+    with studio.db.read() as session:
+        return {review.shown_id(i, external): text for i, external, text in session.execute(query)}
 
 
 def table_or_why(rows: list[dict[str, Any]], why_empty: str, columns: list[str] | None = None) -> tuple[Any, str]:

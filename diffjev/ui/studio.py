@@ -35,7 +35,7 @@ from storage import repo
 from storage.db import Database
 from storage.models import Project
 from diffjev.ui import adjudicate, annotate, data, item_view, items, playground, project, projects, review
-from diffjev.ui.access import AccessGate, hub_sign_in_configured, signed_in_hub_user
+from diffjev.ui.access import REFUSED_EVENTS_JS, AccessGate, hub_sign_in_configured, signed_in_hub_user
 from diffjev.ui.context import NoProject, Studio, md_text, quiet_without_project
 
 log = logging.getLogger("diffjev")
@@ -270,7 +270,7 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
         auth_dependency=signed_in_hub_user if hub_sign_in else None,
         auth_message="Log in with your diffjev user and password.",
         css=CSS + playground.CSS + item_view.CSS,
-        head=annotate.KEYS_JS + item_view.KEYS_JS,
+        head=annotate.KEYS_JS + item_view.KEYS_JS + REFUSED_EVENTS_JS,
         max_file_size=studio.max_upload,
         # Only messages written for people (gr.Error) reach the page; anything else, such as
         # a database error with its SQL and parameters, stays in the server's log.
