@@ -2,7 +2,6 @@
 mouse selection or the keys correct it (the page counts code points, not the browser's UTF-16 units, and
 keeps the offsets right after a CRLF), Enter stores the spans, and markup in the text is shown, not run."""
 
-import json
 import time
 
 import pandas as pd
