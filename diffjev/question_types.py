@@ -67,7 +67,7 @@ class Question:
         return dict(self.ask_if)
 
 
-def _optional_text(value: Any, name: str, question: str | None = None) -> str:
+def optional_text(value: Any, name: str, question: str | None = None) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
@@ -158,8 +158,8 @@ class YesNo(QuestionType):
                 f'criteria of a {written} question is {{"true": text, "false": text}}', question=qid, field="criteria"
             )
         alternatives = (
-            Alternative("yes", "yes", _optional_text(criteria.get("true"), "criteria", qid) or None),
-            Alternative("no", "no", _optional_text(criteria.get("false"), "criteria", qid) or None),
+            Alternative("yes", "yes", optional_text(criteria.get("true"), "criteria", qid) or None),
+            Alternative("no", "no", optional_text(criteria.get("false"), "criteria", qid) or None),
         )
         return Question(qid, self.name, "", alternatives)
 

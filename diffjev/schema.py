@@ -17,6 +17,7 @@ from diffjev.question_types import (  # noqa: F401 - Alternative and Question ar
     QUESTION_TYPES,
     Alternative,
     Question,
+    optional_text,
     question_type,
 )
 from diffjev.staging import check_stages
@@ -118,7 +119,7 @@ class Schema:
             seen.add(qid)
             questions.append(question_from_dict(qid, spec, jev_form=isinstance(raw, Mapping)))
 
-        instructions = _optional_text(data.get("instructions"), "instructions")
+        instructions = optional_text(data.get("instructions"), "instructions")
         sampling = _sampling(data)
         template_text = data.get("template")
         if template_text is None:
@@ -147,14 +148,7 @@ class Schema:
         """The Jev request form of the questions: `{id: {type, instructions, criteria}}`."""
         out: dict[str, dict[str, Any]] = {}
         for q in self.questions:
-            spec = q.type.to_jev_spec(q)
-            if q.depends_on:
-                spec["depends_on"] = list(q.depends_on)
-            if q.ask_if:
-                spec["ask_if"] = {earlier: list(wanted) for earlier, wanted in q.ask_if}
-            if q.alone:
-                spec["alone"] = True
-            out[q.id] = spec
+            out[q.id] = {**q.type.to_jev_spec(q), **staging_fields(q)}
         return out
 
 
@@ -174,14 +168,6 @@ def _check_id(qid: Any, n: int, seen: set[str]) -> None:
         raise SchemaError("an id cannot contain '{' or '}', which mark template slots", question=qid, field="id")
     if qid in seen:
         raise SchemaError("this id is used twice; every question needs its own id", question=qid, field="id")
-
-
-def _optional_text(value: Any, name: str, question: str | None = None) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise SchemaError("must be text", question=question, field=name)
-    return value.strip()
 
 
 BASE_FIELDS = {"type", "instructions"}
@@ -212,7 +198,7 @@ def question_from_dict(qid: str, spec: Any, jev_form: bool = False) -> Question:
             field=unknown[0],
         )
     written = qtype.name if raw_kind == qtype.name else f"{raw_kind} ({qtype.name})"  # as the user named it
-    instructions = _optional_text(spec.get("instructions"), "instructions", qid)
+    instructions = optional_text(spec.get("instructions"), "instructions", qid)
     if not instructions:
         raise SchemaError(
             "say what to decide, e.g. 'Does the customer need a reply within the hour?'",
@@ -288,7 +274,12 @@ def _sampling(data: Mapping[str, Any]) -> SamplingPolicy:
 
 
 def question_to_dict(q: Question) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": q.id, "type": q.kind, "instructions": q.instructions, **q.type.to_dict(q)}
+    return {"id": q.id, "type": q.kind, "instructions": q.instructions, **q.type.to_dict(q), **staging_fields(q)}
+
+
+def staging_fields(q: Question) -> dict[str, Any]:
+    """The staging fields a question sets, as both JSON forms write them."""
+    out: dict[str, Any] = {}
     if q.depends_on:
         out["depends_on"] = list(q.depends_on)
     if q.ask_if:
