@@ -219,15 +219,19 @@ class AutoregressiveEngine(CanvasEngine):
                 where[qid][2].append(len(rows) if len(option) > 1 else where[qid][1])
                 if len(option) > 1:
                     rows.append(question + option[:-1])
+        hidden = self._hidden_after(prefix.past_key_values, rows)
+        return {qid: self._score_options(hidden, *where[qid], tokens.options[qid]) for qid in tokens.prompts}
+
+    def _hidden_after(self, prefix_cache: Any, rows: list[list[int]]) -> torch.Tensor:
+        """Each row's hidden states, every row read after one shared prefix (its KV cache copied per row).
+        Padded on the right: a causal model never reads the padding into the positions before it."""
         width = max(len(r) for r in rows)
-        # Padded on the right: a causal model never reads the padding into the positions before it.
         padded = [r + [self.builder.format.pad_id] * (width - len(r)) for r in rows]
-        cache = copy.deepcopy(prefix.past_key_values)
+        cache = copy.deepcopy(prefix_cache)
         cache.batch_repeat_interleave(len(rows))
-        hidden = self.model.model(
+        return self.model.model(
             input_ids=torch.tensor(padded, device=self.device), past_key_values=cache, use_cache=True
         ).last_hidden_state
-        return {qid: self._score_options(hidden, *where[qid], tokens.options[qid]) for qid in tokens.prompts}
 
     def _score_options(
         self, hidden: torch.Tensor, answer_at: int, row: int, option_rows: list[int], options: list[list[int]]
@@ -293,13 +297,7 @@ class AutoregressiveEngine(CanvasEngine):
         out: list[list[float]] = []
         for first in range(0, len(rows), self.batch_size):
             batch = [[prompt[-1]] + ids for ids in rows[first : first + self.batch_size]]
-            width = max(len(r) for r in batch)
-            padded = [r + [self.builder.format.pad_id] * (width - len(r)) for r in batch]
-            cache = copy.deepcopy(prefix.past_key_values)
-            cache.batch_repeat_interleave(len(batch))
-            hidden = self.model.model(
-                input_ids=torch.tensor(padded, device=self.device), past_key_values=cache, use_cache=True
-            ).last_hidden_state
+            hidden = self._hidden_after(prefix.past_key_values, batch)
             for r, ids in enumerate(rows[first : first + self.batch_size]):
                 logprobs = head_logprobs(self.model, hidden[r, : len(ids) + 1])
                 written = logprobs[torch.arange(len(ids)), torch.tensor(ids)].cumsum(0)
