@@ -1181,6 +1181,57 @@ def respond(session: Session, r: ResponseInput, expected_revision: int | None = 
     return row
 
 
+def withdraw_not_asked(session: Session, response: Response, actor: str, project_id: int, **payload: Any) -> None:
+    """Remove a `not_asked` response whose question applies again, so it is back in the queue, and log a
+    `response.reasked` event holding the row (what undo puts back, under the same id)."""
+    before = {
+        "value": response.value,
+        "status": response.status,
+        "source": response.source,
+        "detail": response.detail,
+        "revision": response.revision,
+    }
+    item_id, question_id, response_id = response.item_id, response.question_id, response.id
+    annotator = response.annotator
+    session.delete(response)
+    session.flush()
+    log(
+        session,
+        actor,
+        "response.reasked",
+        project_id,
+        item_id,
+        question_id,
+        response_id=response_id,
+        annotator=annotator,
+        before=before,
+        **payload,
+    )
+    refresh_open(session, item_id, question_id)
+
+
+def restore_withdrawn(session: Session, event: Event) -> None:
+    """Put back the response a `response.reasked` event removed, as it was and under its old id, so the
+    events that name it (the answer that stored it, and its undo) still find it."""
+    before = event.payload["before"]
+    session.add(
+        Response(
+            id=event.payload["response_id"],
+            item_id=event.item_id,
+            question_id=event.question_id,
+            annotator=event.payload["annotator"],
+            value=before["value"],
+            source=before["source"],
+            status=before["status"],
+            detail=before["detail"],
+            revision=before["revision"],  # as it was, so the events naming it still match it
+            updated_at=utcnow(),
+        )
+    )
+    session.flush()
+    refresh_open(session, event.item_id, event.question_id)
+
+
 def answered_count(session: Session, question_id: int) -> int:
     return (
         session.scalar(

@@ -105,3 +105,17 @@ def test_undo_in_the_item_view_takes_back_the_not_asked_its_enter_stored(db_url)
     assert stored(db, card.item_id) == {}
     answer_next(db, "urgent", "yes")
     assert queue_item(db, "outage") == card.item_id
+
+
+def test_undo_keeps_an_answer_given_since_to_the_question_asked_again(db_url):
+    db = unread_db(db_url, 1)
+    rows = rows_of(db)
+    item = answer_next(db, "urgent", "no")
+    answer_again(db, item, "urgent", "yes")
+    assert answer_next(db, "outage", "yes") == item
+
+    assert annotation.undo_last(db, 1, "ann", rows["urgent"]) == (item, rows["urgent"])
+    after = stored(db, item)
+    assert after["urgent"][1:3] == ("no", "submitted")
+    assert after["outage"][1:3] == ("yes", "submitted")  # the newer answer stands; no `not_asked` over it
+    assert "calm" not in after

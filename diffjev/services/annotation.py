@@ -338,6 +338,7 @@ def answer(
         source = "manual"
 
     def work(session) -> int:
+        mark = session.scalar(select(func.max(Event.id))) or 0
         response = repo.respond(
             session,
             repo.ResponseInput(
@@ -356,7 +357,7 @@ def answer(
         )
         repo.release_lease(session, card.item_id, card.question_row, annotator)
         if status == "submitted":
-            _drop_later_questions(session, card, annotator)
+            _follow_later_questions(session, card, annotator, mark)
         return response.id
 
     try:
@@ -369,27 +370,72 @@ def answer(
         ) from None
 
 
-def _drop_later_questions(session, card: Card, annotator: str) -> None:
-    """After an answer in the one-question view, each later staged question the item's answers no longer
-    ask is stored as `not_asked` for the annotator, with why: as the item view does on Enter, so the
-    question leaves its queue and the export says why it has no label."""
+def _follow_later_questions(session, card: Card, annotator: str, mark: int) -> None:
+    """After an answer in the one-question view, the later staged questions follow it, as the item view
+    does on Enter: one the item's answers ask again loses the annotator's `not_asked` (it is back in its
+    queue), one they no longer ask is stored as `not_asked` with why (it leaves its queue, and the export
+    says why it has no label). A `response.followed` event ties these changes to the answer (event ids
+    after `mark`), so undo takes them back with it."""
     schema, rows = repo.version_schema(repo.latest_version(session, card.project_id))
     later = waiting_on(schema.questions, card.question.id)
     if not later:
         return
+    _ask_again(session, card, annotator, schema, rows, later)
+    _drop(session, card, annotator, schema, rows, later)
+    changes = session.execute(
+        select(Event.id, Event.kind, Event.question_id).where(
+            Event.project_id == card.project_id,
+            Event.actor == annotator,
+            Event.id > mark,
+            Event.item_id == card.item_id,
+            Event.kind.in_(("response.submitted", "response.not_asked", "response.reasked")),
+        )
+    ).all()
+    answer_event = max(e.id for e in changes if e.question_id == card.question_row and e.kind == "response.submitted")
+    followed = [e.id for e in changes if e.id != answer_event]
+    if followed:
+        repo.log(
+            session, annotator, "response.followed", card.project_id, card.item_id, answer=answer_event, events=followed
+        )
+
+
+def _mine(session, item_id: int, row: int, annotator: str) -> Response | None:
+    of_item = select(Response).where(Response.item_id == item_id, Response.question_id == row)
+    return session.scalar(of_item.where(Response.annotator == annotator))
+
+
+def _not_asked_of(session, item_id: int, row: int, annotator: str) -> Response | None:
+    mine = _mine(session, item_id, row, annotator)
+    return mine if mine is not None and mine.status == "not_asked" else None
+
+
+def _ask_again(session, card: Card, annotator: str, schema: Schema, rows: dict[str, int], later: list) -> None:
+    """Remove the annotator's `not_asked` of each later question the answers ask again. Stage by stage
+    until none is left: a question asked again counts by the model's answer now, which may ask the
+    questions after it again too."""
+    while True:
+        dropped = skips(schema.questions, repo.current_answers(session, card.item_id, rows, annotator))
+        stale = [
+            (question, mine)
+            for question in later
+            if question.id not in dropped
+            and (mine := _not_asked_of(session, card.item_id, rows[question.id], annotator)) is not None
+        ]
+        if not stale:
+            return
+        for question, mine in stale:
+            repo.withdraw_not_asked(session, mine, annotator, card.project_id, asked_by=card.question.id)
+
+
+def _drop(session, card: Card, annotator: str, schema: Schema, rows: dict[str, int], later: list) -> None:
+    """Store each later question the answers no longer ask as `not_asked`, with why."""
     dropped = skips(schema.questions, repo.current_answers(session, card.item_id, rows, annotator))
     for question in later:
         record = dropped.get(question.id)
         if record is None:
             continue
-        mine = session.scalar(
-            select(Response).where(
-                Response.item_id == card.item_id,
-                Response.question_id == rows[question.id],
-                Response.annotator == annotator,
-            )
-        )
-        if mine is not None and mine.status == "not_asked" and (mine.detail or {}).get("skipped") == record:
+        mine = _not_asked_of(session, card.item_id, rows[question.id], annotator)
+        if mine is not None and (mine.detail or {}).get("skipped") == record:
             continue  # already stored with this reason
         repo.respond(
             session,
@@ -432,6 +478,7 @@ def undo_last(
         for event in session.scalars(answers.order_by(Event.id.desc()).limit(200)):
             if event.id in undone:
                 continue
+            _take_back_followers(session, event, annotator, project_id)
             _take_back(session, event, annotator, project_id)
             return event.item_id, event.question_id
         return None
@@ -439,8 +486,43 @@ def undo_last(
     return db.write(work)
 
 
+def _take_back_followers(session, answer: Event, annotator: str, project_id: int) -> None:
+    """Undo what an answer changed in the later staged questions (its `response.followed` event), newest
+    first: a `not_asked` it stored goes, one it removed is back."""
+    followed = session.scalars(
+        select(Event).where(
+            Event.project_id == project_id,
+            Event.actor == annotator,
+            Event.item_id == answer.item_id,
+            Event.kind == "response.followed",
+            Event.id > answer.id,
+        )
+    )
+    for follow in followed:
+        if follow.payload.get("answer") != answer.id:
+            continue
+        changes = session.scalars(select(Event).where(Event.id.in_(follow.payload["events"])).order_by(Event.id.desc()))
+        for change in changes:
+            if _still_as_left(session, change):
+                _take_back(session, change, annotator, project_id)
+
+
+def _still_as_left(session, change: Event) -> bool:
+    """Whether the response an answer's follow-up change left is still as it left it: an answer given to
+    that question since is newer, and undo of the earlier question's answer keeps it."""
+    if change.kind == "response.reasked":
+        return _mine(session, change.item_id, change.question_id, change.payload["annotator"]) is None
+    response = session.get(Response, change.payload["response_id"])
+    return response is not None and response.revision == change.payload["revision"]
+
+
 def _take_back(session, event: Event, annotator: str, project_id: int) -> None:
-    """Undo one stored answer or skip (a `response.*` event): the answer before it is back, or none."""
+    """Undo one stored answer, skip or `not_asked` (a `response.*` event): the answer before it is back,
+    or none; a `not_asked` an answer removed (`response.reasked`) is back."""
+    if event.kind == "response.reasked":
+        repo.restore_withdrawn(session, event)
+        repo.log(session, annotator, "response.undone", project_id, event.item_id, event.question_id, undoes=event.id)
+        return
     response = session.get(Response, event.payload["response_id"])
     before = event.payload.get("before")
     if response is not None:
@@ -1031,7 +1113,8 @@ def _store_item(db: Database, card: ItemCard, annotator: str, stored: list, stat
                     Event.actor == annotator,
                     Event.id > mark,
                     Event.item_id == card.item_id,
-                    Event.kind.in_(("response.submitted", "response.skipped")),
+                    # a `not_asked` stored with the answers goes back with them on undo
+                    Event.kind.in_(("response.submitted", "response.skipped", "response.not_asked")),
                 )
             )
         )
