@@ -328,10 +328,10 @@ def _serve_transformers(args: argparse.Namespace) -> None:
     from diffjev.serve import create_app
 
     if args.tiny:
-        from diffjev.tiny import tiny_diffusion_gemma
+        from diffjev.tiny import TINY_SERVED_NAME, tiny_diffusion_gemma
 
         engine = TransformersEngine(tiny_diffusion_gemma(), offline_gemma_tokenizer(), canvas_length=args.canvas)
-        name = args.served_model_name or "diffjev/tiny-diffusiongemma-random"
+        name = args.served_model_name or TINY_SERVED_NAME
     elif args.model:
         engine = TransformersEngine(args.model, args.tokenizer, canvas_length=args.canvas)
         name = args.served_model_name or args.model

@@ -11,6 +11,8 @@ from typing import Any
 import torch
 
 GEMMA_VOCAB = 262144
+# The name `serve-model --tiny` serves the random DiffusionGemma under; it reads with the offline Gemma tokenizer.
+TINY_SERVED_NAME = "diffjev/tiny-diffusiongemma-random"
 
 
 def _seeded(seed: int) -> None:

@@ -202,3 +202,15 @@ def test_server_reads_text_parts_as_vllm_does(vllm_server):
     as_text = post(vllm_server, messages=[{"role": "user", "content": "hi\nthere"}])
     assert as_parts.status_code == 200, as_parts.text
     assert as_parts.json()["choices"][0]["logprobs"] == as_text.json()["choices"][0]["logprobs"]
+
+
+def test_the_tiny_served_model_needs_no_tokenizer_flag(vllm_server, monkeypatch):
+    # `serve-model --tiny` serves the random DiffusionGemma under this name with the offline Gemma tokenizer;
+    # a client naming it reads with that tokenizer, with nothing looked up on the Hub.
+    from diffjev.engines.auto import EngineChoice, choose_engine
+    from diffjev.tiny import TINY_SERVED_NAME
+
+    monkeypatch.delenv("DIFFJEV_TOKENIZER", raising=False)
+    chosen = choose_engine(EngineChoice(kind="vllm", url=vllm_server.url, model=TINY_SERVED_NAME))
+    assert chosen.engine.tokenizer.convert_tokens_to_ids("<start_of_turn>") is not None
+    chosen.engine.close()

