@@ -147,3 +147,34 @@ def test_jev_api_serves_and_reads_span_answers_in_vllms_shapes(dgemma_engine):
     local = next(dgemma_engine.decide_many(only, [TEXT]))
     assert decision.answers["product"].answer == local.answers["product"].answer
     assert decision.answers["things"].answer == local.answers["things"].answer
+
+
+def test_a_batch_of_items_reads_their_span_questions_concurrently(vllm_engine, monkeypatch):
+    # A server takes many reads at once: the items of a chunk must not wait for each other's span reads.
+    import threading
+    import time
+
+    from diffjev import read_many
+
+    lock, state = threading.Lock(), {"now": 0, "most": 0}
+    real = vllm_engine._read_blank
+
+    def counted(canvas):
+        with lock:
+            state["now"] += 1
+            state["most"] = max(state["most"], state["now"])
+        try:
+            time.sleep(0.05)  # long enough for reads sent at once to overlap
+            return real(canvas)
+        finally:
+            with lock:
+                state["now"] -= 1
+
+    monkeypatch.setattr(vllm_engine, "_read_blank", counted)
+    only = Schema.from_dict(
+        {"questions": [{"id": "product", "type": "span", "instructions": "Which?", "max_tokens": 4}]}
+    )
+    texts = [f"Order {n}: the Blue Kettle arrived." for n in range(8)]
+    decisions = list(read_many(only, texts, vllm_engine))
+    assert [d.answers["product"].question_id for d in decisions] == ["product"] * 8
+    assert state["most"] >= 4  # more than the two chunks the pipeline reads at once

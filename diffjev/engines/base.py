@@ -121,6 +121,7 @@ class CanvasEngine(Engine):
     builder: CanvasBuilder
     batch_size: int = 8  # items per chunk handed to read()
     pipeline_depth: int = 1  # chunks read at once; >1 keeps a remote server busy across chunk edges
+    span_items_at_once: int = 1  # items of a chunk whose span questions are read at once (a server takes many)
     reads_images: bool = False  # whether read() shows a canvas's images to the model
 
     @abstractmethod
@@ -231,10 +232,18 @@ class CanvasEngine(Engine):
             else [Decision({}, schema, {"engine": self.name, "model": self.model_name, "model_passes": 0})]
             * len(states)
         )
+
+        def spans_of(decision: Decision, state: Any) -> tuple[dict[str, SpanAnswer], dict[str, dict[str, Any]]]:
+            return self.read_spans(schema, state, seed, decision.answers)
+
+        if self.span_items_at_once > 1 and len(states) > 1:  # a server reads many at once: no item waits
+            with ThreadPoolExecutor(min(self.span_items_at_once, len(states)), thread_name_prefix="spans") as pool:
+                span_reads = list(pool.map(spans_of, decisions, states))
+        else:
+            span_reads = [spans_of(d, s) for d, s in zip(decisions, states)]
         out = []
-        for decision, state in zip(decisions, states):
+        for decision, (spans, skipped) in zip(decisions, span_reads):
             diagnostics = dict(decision.diagnostics)
-            spans, skipped = self.read_spans(schema, state, seed, decision.answers)
             if skipped:  # a span question asked only under an earlier answer that the read did not give
                 diagnostics["skipped"] = {**diagnostics.get("skipped", {}), **skipped}
             answers = {**decision.answers, **spans}

@@ -83,6 +83,7 @@ class VLLMServerEngine(CanvasEngine):
         self.batch_size = 2 * max_in_flight
         self._clients = HTTPClients(timeout, connect_timeout, api_key)
         self._pool = ThreadPoolExecutor(max_in_flight, thread_name_prefix="vllm-read")
+        self.span_items_at_once = max_in_flight  # each item's span reads go out beside the others'
         self._context_lock = threading.Lock()
         self._context_asked = False
 
