@@ -59,6 +59,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DIFFJEV_LOGIN_FAILURES", "5", "failed logins in a row before a user or an address must wait"),
     Setting("DIFFJEV_LOGIN_BACKOFF", "1", "seconds of that first wait, doubling with each further failure"),
     Setting("DIFFJEV_IMPORT_DIR", "./imports", "saved datasets a user may import by folder name"),
+    Setting("DIFFJEV_MAX_IMAGE", "20mb", "the largest image an import takes (500kb, 1gb or bytes)"),
     Setting("DIFFJEV_MAX_UPLOAD", "200mb", "the largest upload accepted"),
     Setting("DIFFJEV_MAX_ITEM_CHARS", "100000", "the longest item text imported, in characters"),
     Setting("DIFFJEV_ENGINE_URLS", "unset", "more engine servers a user may name in the Pre-label tab"),
