@@ -97,7 +97,7 @@ def test_review_shows_span_answers_with_their_words(tmp_path, dgemma_engine, bro
         page.get_by_role("tab", name="Review").click()
         page.wait_for_function("document.querySelector('#review-disagreements')?.innerText.includes('Acme')")
         table = page.inner_text("#review-disagreements")
-        assert "“Acme Phone X” 14-26" in table and "“Acme Phone” 14-24" in table, table
+        assert "“Acme Phone X” (14-26)" in table and "“Acme Phone” (14-24)" in table, table
         page.close()
 
 

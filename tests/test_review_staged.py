@@ -18,15 +18,8 @@ from storage import repo
 from storage.db import Database
 from storage.models import Adjudication, Item, ItemRead, Response, Suggestion
 from studio_fixtures import serve_studio
+from test_staged_service import STAGED
 
-STAGED = {
-    "questions": [
-        {"id": "urgent", "type": "yes_no", "instructions": "Does the customer need a reply within the hour?"},
-        {"id": "outage", "type": "yes_no", "instructions": "Is it an outage?", "ask_if": {"urgent": "yes"}},
-        {"id": "calm", "type": "yes_no", "instructions": "Is the customer calm?", "ask_if": {"urgent": "no"}},
-    ],
-    "samples": 1,
-}
 REFUSED = "outage is asked only when urgent is yes; the item's urgent is no: change urgent first"
 
 

@@ -16,7 +16,7 @@ from diffjev.images import ImageData
 from diffjev.services import annotation
 from diffjev.services.images import item_image
 from diffjev.services.prelabel import background_line
-from diffjev.spans import parse_span_value
+from diffjev.spans import span_words
 from storage import repo
 from diffjev.ui.context import Scope, Studio, md_text, quiet_without_project, refusal
 from diffjev.ui.data import LATEST, LATEST_LABEL, keep_pick, pick_of, run_choices
@@ -161,11 +161,7 @@ def shown_answer(card: annotation.Card, value: str) -> str:
     """An answer as the tab shows it: a span answer ("14-26") with the words it marks."""
     if not annotation.is_span_question(card.question):
         return value
-    try:
-        spans = parse_span_value(value, card.text, card.question.kind)
-    except ValueError:  # a stored answer that no longer fits the text: its offsets as they are
-        return value
-    return " · ".join(f"“{s.text}” ({s.start}-{s.end})" for s in spans) if spans else "none"
+    return span_words(value, card.text, card.question.kind)
 
 
 def low_mass_notice(label_mass: float | None) -> str:

@@ -20,7 +20,7 @@ from storage import repo
 from storage.models import Item, ItemRead, Run
 from diffjev.ui.context import Scope, Studio, md_text, refusal
 from diffjev.ui.data import LATEST, LATEST_LABEL, keep_pick, pick_of, run_choices
-from diffjev.ui.span_text import span_words_and_offsets
+from diffjev.spans import span_words
 
 PLOT_POINTS = 200
 HIDDEN = "hidden"  # kept in the page, out of sight: a table with no rows would show placeholder headers
@@ -387,7 +387,7 @@ def share(value: float) -> str:
 
 def with_span_words(studio: Studio, scope: Scope, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Answer rows with each span answer's model and human values shown as their words and offsets
-    ("“Acme Pro” 53-61" rather than "53-61"): offsets alone tell a reviewer nothing."""
+    ("“Acme Pro” (53-61)" rather than "53-61"): offsets alone tell a reviewer nothing."""
     kinds = {q.id: q.kind for q in studio.schema(scope)[1].questions if annotation.is_span_question(q)}
     spanned = {row["item"] for row in rows if row["question"] in kinds}
     if not spanned:
@@ -396,7 +396,13 @@ def with_span_words(studio: Studio, scope: Scope, rows: list[dict[str, Any]]) ->
 
     def shown(row: dict[str, Any]) -> dict[str, Any]:
         kind, text = kinds[row["question"]], texts.get(row["item"])
-        return {**row, **{side: span_words_and_offsets(row[side], text, kind) for side in ("model", "human")}}
+        return {
+            **row,
+            **{
+                side: row[side] if row[side] is None or text is None else span_words(row[side], text, kind)
+                for side in ("model", "human")
+            },
+        }
 
     return [shown(row) if row["question"] in kinds else row for row in rows]
 

@@ -52,15 +52,3 @@ def chosen_text(text: str, value: str | None, kind: str) -> str:
     if spans is None:
         return ""
     return " · ".join(f"“{s.text}”" for s in spans) if spans else "none"
-
-
-def span_words_and_offsets(value: str | None, text: str | None, kind: str) -> str | None:
-    """A span answer as a reviewer reads it: each span's words and offsets (“Acme Pro” 53-61), or "none";
-    the value as stored where the item's text is unknown or the offsets no longer fit it."""
-    if value is None or text is None:
-        return value
-    try:
-        spans = parse_span_value(value, text, kind)
-    except ValueError:
-        return value
-    return " · ".join(f"“{s.text}” {s.start}-{s.end}" for s in spans) if spans else "none"
