@@ -42,6 +42,32 @@ def test_a_member_removed_while_the_page_is_open_is_told_once_with_the_way_out(t
         context.close()
 
 
+def test_a_refused_event_stream_or_reconnect_also_takes_a_removed_member_to_the_way_out(
+    tmp_path, dgemma_engine, browser
+):
+    """The gate may refuse the event stream (queue/data) or the client's reconnect probe (app_id) before any new
+    event: removed between an event's join and its stream, the page must still leave, not retry for ever."""
+    db = studio_db(tmp_path / "stream.db", ["The site is down"], dgemma_engine, name="staged")
+    with db.session() as session:
+        repo.set_members(session, "staged", ["alice", "bob"], "owner")
+    server, _ = serve_studio(db, dgemma_engine, name="staged", auth=USERS)
+    with server:
+        for refused in ("/gradio_api/queue/data?session_hash=gone", "/gradio_api/app_id"):
+            with db.session() as session:
+                repo.set_members(session, "staged", ["alice", "bob"], "owner")
+            context, page = log_in(browser, server, USERS[1])
+            page.goto(f"{server.url}/?project=staged")
+            page.locator("#itemview-start").wait_for()
+            page.evaluate("() => { window.djStillHere = true; }")
+            page.route("**/gradio_api/queue/join*", lambda route: route.abort())  # no tick meets the refusal first
+            with db.session() as session:
+                repo.set_members(session, "staged", ["alice"], "owner")
+            page.evaluate(f"() => {{ fetch({refused!r}); }}")
+            page.wait_for_function("document.body.innerText.includes('Open your projects')", timeout=15_000)
+            assert page.evaluate("() => window.djStillHere === undefined"), refused  # the page was reloaded
+            context.close()
+
+
 def test_the_one_question_view_of_a_span_question_marks_the_span_and_offers_no_answer_list(
     tmp_path, dgemma_engine, browser
 ):

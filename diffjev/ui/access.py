@@ -163,7 +163,8 @@ REFUSED_EVENTS_JS = """
 <script>
 (() => {
   const fetchFirst = window.fetch.bind(window);
-  const EVENTS = /\\/gradio_api\\/(queue\\/join|upload|run\\/|call\\/)/;
+  // the gate may refuse an event's stream (queue/data) or the reconnect probe (app_id) before any new event
+  const EVENTS = /\\/gradio_api\\/(queue\\/(join|data)|upload|run\\/|call\\/|app_id|heartbeat)/;
   let leaving = false;
   window.fetch = async (...args) => {
     const response = await fetchFirst(...args);
