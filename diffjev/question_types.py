@@ -48,6 +48,10 @@ class Question:
     # Span kinds: the blank's length in tokens, and (spans) the most spans in one answer.
     max_tokens: int | None = None
     max_items: int | None = None
+    # Interchange: this question is one label of another tool's multi-label question (a Label Studio
+    # <Labels> or multiple <Choices> tag, an Argilla SpanQuestion or MultiLabelQuestion): (its name, the
+    # label). diffjev reads each label on its own (a yes/no or spans question); an export joins them again.
+    part_of: tuple[str, str] | None = None
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -172,6 +172,7 @@ def _check_id(qid: Any, n: int, seen: set[str]) -> None:
 
 BASE_FIELDS = {"type", "instructions"}
 STAGING_FIELDS = {"depends_on", "ask_if", "alone"}
+INTERCHANGE_FIELDS = {"part_of"}
 
 
 def question_from_dict(qid: str, spec: Any, jev_form: bool = False) -> Question:
@@ -189,7 +190,9 @@ def question_from_dict(qid: str, spec: Any, jev_form: bool = False) -> Question:
             question=qid,
             field="type",
         )
-    allowed = BASE_FIELDS | STAGING_FIELDS | set().union(*(t.fields for t in QUESTION_TYPES.values()))
+    allowed = (
+        BASE_FIELDS | STAGING_FIELDS | INTERCHANGE_FIELDS | set().union(*(t.fields for t in QUESTION_TYPES.values()))
+    )
     unknown = sorted(set(spec) - allowed)
     if unknown:
         raise SchemaError(
@@ -206,7 +209,25 @@ def question_from_dict(qid: str, spec: Any, jev_form: bool = False) -> Question:
             field="instructions",
         )
     parsed = qtype.parse(qid, spec, written, jev_form)
-    return dataclasses.replace(parsed, instructions=instructions, **_staging(qid, spec))
+    return dataclasses.replace(parsed, instructions=instructions, **_staging(qid, spec), part_of=_part_of(qid, spec))
+
+
+def _part_of(qid: str, spec: Mapping[str, Any]) -> tuple[str, str] | None:
+    """`part_of: {"question": "ner", "label": "PER"}`: the other tool's question and label this one reads."""
+    raw = spec.get("part_of")
+    if raw is None:
+        return None
+    if (
+        not isinstance(raw, Mapping)
+        or set(raw) != {"question", "label"}
+        or not all(isinstance(raw[k], str) and raw[k].strip() for k in ("question", "label"))
+    ):
+        raise SchemaError(
+            'give the multi-label question and the label this question reads, e.g. {"question": "ner", "label": "PER"}',
+            question=qid,
+            field="part_of",
+        )
+    return (raw["question"], raw["label"])
 
 
 def _kinds_listed() -> str:
@@ -274,7 +295,10 @@ def _sampling(data: Mapping[str, Any]) -> SamplingPolicy:
 
 
 def question_to_dict(q: Question) -> dict[str, Any]:
-    return {"id": q.id, "type": q.kind, "instructions": q.instructions, **q.type.to_dict(q), **staging_fields(q)}
+    out = {"id": q.id, "type": q.kind, "instructions": q.instructions, **q.type.to_dict(q), **staging_fields(q)}
+    if q.part_of:
+        out["part_of"] = {"question": q.part_of[0], "label": q.part_of[1]}
+    return out
 
 
 def staging_fields(q: Question) -> dict[str, Any]:

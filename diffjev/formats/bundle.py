@@ -1,0 +1,91 @@
+"""A project as another tool holds it, in diffjev's terms: the schema, and per item its text, every
+person's answers and every model run's answers. Each interchange format (Label Studio, Argilla, a
+diffjev Hub export) reads a file into a Bundle and writes a Bundle out; the services layer stores a
+Bundle into a project in one transaction and reads a project back into one. Nothing here touches
+storage, so a format is checked on files alone.
+
+Answers are in diffjev's stored form: a label name ("yes", an option, a score level) or, for span
+questions, the offsets "12-18,30-35" / "none" with the spans themselves in `spans` (code points into
+the item text, end exclusive, as Label Studio, Argilla and spaCy count).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from diffjev.io import SourceError
+from diffjev.schema import Schema
+
+
+class InterchangeError(SourceError):
+    """A file that cannot be imported as a whole. The message is one line: the file, the task or record,
+    the field, what is wrong and what to do. Nothing of the file is stored."""
+
+    def __init__(self, file: str, where: str | None, field: str | None, problem: str):
+        self.file, self.where, self.field, self.problem = file, where, field, problem
+        parts = [file] + ([where] if where else []) + ([f"field {field!r}"] if field else [])
+        super().__init__(f"{': '.join(parts)}: {problem}")
+
+
+@dataclass(frozen=True)
+class SpanMark:
+    """One marked span: `text == item_text[start:end]`."""
+
+    start: int
+    end: int
+    text: str
+    confidence: float | None = None  # a model's, where it gave one
+
+
+@dataclass(frozen=True)
+class HumanAnswer:
+    question: str  # the diffjev question id
+    annotator: str
+    value: str | None  # None where status is "skipped" or "not_asked"
+    source: str = "manual"  # accepted / corrected / manual
+    status: str = "submitted"  # submitted / skipped / draft / not_asked
+    spans: tuple[SpanMark, ...] | None = None  # a span question's answer, beside its offsets in `value`
+    skipped: dict[str, Any] | None = None  # not_asked: why ({because, was, wanted}), as diffjev records it
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class ModelAnswer:
+    question: str
+    answer: str  # the top answer's name, or a span question's offsets
+    distribution: dict[str, float]  # answer name -> probability; {} for span questions
+    confidence: float
+    spans: tuple[SpanMark, ...] | None = None
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """A model run: one set of suggestions. `key` names it within the bundle (Label Studio's
+    `model_version`, Argilla's suggestion `agent`, a diffjev run id)."""
+
+    key: str
+    engine: str
+    model: str
+    model_version: str | None = None
+
+
+@dataclass
+class Record:
+    text: str
+    external_id: str | None
+    fields: dict[str, Any] = field(default_factory=dict)
+    answers: list[HumanAnswer] = field(default_factory=list)
+    predictions: dict[str, list[ModelAnswer]] = field(default_factory=dict)  # run key -> its answers
+    # run key -> {question: why it was not read}: a staged question the model's read skipped
+    model_skipped: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    where: str = ""  # "task 12", "record 3": how errors name it
+
+
+@dataclass
+class Bundle:
+    schema: Schema
+    records: list[Record]
+    runs: dict[str, RunInfo] = field(default_factory=dict)
+    text_field: str = "text"
+    source: str = ""  # the file it came from, for messages and the import's listing
