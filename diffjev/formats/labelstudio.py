@@ -321,6 +321,14 @@ def _control(el: ET.Element, instructions: str, ids: _Ids, file: str) -> tuple[C
         return Control(tag, name, to_name, tuple(levels), (qid,)), [question]
     if tag == "Labels":
         labels = _labels_of(el, "Label", file)
+        if len(labels) == 1 and labels[0][0] == name:  # one label named as its tag: a question of its own
+            qid = ids.take(name)
+            question = {
+                "id": qid,
+                "type": "spans",
+                "instructions": instructions or labels[0][1] or f"Mark every {name}.",
+            }
+            return Control(tag, name, to_name, (name,), (qid,)), [question]
         qids, qs = [], []
         for label, hint in labels:
             qid = ids.take(f"{name}.{label}")
@@ -426,7 +434,11 @@ def config_from_schema(schema: Schema, text_field: str = "text") -> str:
                         attrs["hint"] = other.instructions
                     ET.SubElement(labels, "Label", attrs)
             else:
-                ET.SubElement(root, "Header", value=group_name)
+                # the question text each "Does <label> apply? <text>" shares, where they share one
+                shared = {o.instructions.removeprefix(f"Does {o.part_of[1]} apply?").strip() for o in group}
+                ET.SubElement(
+                    root, "Header", value=shared.pop() if len(shared) == 1 and "" not in shared else group_name
+                )
                 choices = ET.SubElement(root, "Choices", name=group_name, toName="text", choice="multiple")
                 for other in group:
                     ET.SubElement(choices, "Choice", value=other.part_of[1])
@@ -896,6 +908,10 @@ def _task(config: LabelConfig, bundle: Bundle, record: Record, n: int) -> dict[s
     def bad(field: str | None, problem: str) -> InterchangeError:
         return InterchangeError(bundle.source or "bundle", record.where or f"record {n + 1}", field, problem)
 
+    known = {q.id for q in config.schema.questions}
+    for answer in [*record.answers, *(a for answers in record.predictions.values() for a in answers)]:
+        if answer.question not in known:
+            raise bad(answer.question, "an answer to a question the schema does not have; add it to the schema")
     by_person: dict[str, dict[str, HumanAnswer]] = {}
     for answer in record.answers:
         by_person.setdefault(answer.annotator, {})[answer.question] = answer
