@@ -516,7 +516,8 @@ def _settings(bundle: Bundle, groups: list[_Group]) -> dict[str, Any]:
             if g.shape == "span":
                 settings.update(allow_overlapping=False, field=bundle.text_field, options=options, visible_options=None)
             else:
-                settings.update(options=options, visible_options=len(options))
+                # as Argilla's own settings model sets it: the label count, from 3 labels up (fewer: none)
+                settings.update(options=options, visible_options=len(options) if len(options) >= 3 else None)
                 if g.shape == "multi":
                     settings["options_order"] = "natural"
         title = g.questions[0].instructions if len(g.questions) == 1 and not g.questions[0].part_of else g.name
