@@ -11,12 +11,13 @@ and a run keeps to the run an earlier import of the same file made.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from diffjev.decide import Answer, Decision, entropy
 from diffjev.formats.bundle import Bundle, HumanAnswer, InterchangeError, ModelAnswer, Record, RunInfo, SpanMark
-from diffjev.io import Row
+from diffjev.io import Row, SourceError
 from diffjev.schema import Question, Schema
 from diffjev.spans import Span, SpanAnswer, parse_span_value, span_value, spans_detail, spans_from_detail
 from storage import interchange as store
@@ -409,3 +410,66 @@ def _model_out(suggestion, question: Question, text: str) -> ModelAnswer:
     return ModelAnswer(
         question.id, suggestion.answer, dict(suggestion.distribution or {}), float(suggestion.confidence), spans
     )
+
+
+# Files ------------------------------------------------------------------------------------------------------
+
+IMPORT_FORMATS = ("labelstudio", "argilla")
+EXPORT_FORMATS = ("labelstudio", "argilla")
+
+
+def read_file(fmt: str, source: str | os.PathLike, config: str | os.PathLike | None = None) -> Bundle:
+    """Another tool's file as a Bundle: a Label Studio JSON export (with its labeling config), an Argilla
+    dataset folder as `Dataset.to_disk` writes it."""
+    if fmt == "labelstudio":
+        from diffjev.formats.labelstudio import read_labelstudio
+
+        return read_labelstudio(source, config)
+    if config is not None:
+        raise SourceError(f"--config is for Label Studio exports; a {fmt} source carries its own settings")
+    if fmt == "argilla":
+        from diffjev.formats.argilla import read_argilla
+
+        return read_argilla(source)
+    raise SourceError(f"unknown format {fmt!r}; use one of {', '.join(IMPORT_FORMATS)}")
+
+
+def import_file(
+    db: Database,
+    project_name: str,
+    fmt: str,
+    source: str | os.PathLike,
+    actor: str,
+    config: str | os.PathLike | None = None,
+) -> BundleReport:
+    """Read the file whole, then store it in one transaction: a file that cannot be held stores nothing."""
+    return import_bundle(db, project_name, read_file(fmt, source, config), actor)
+
+
+def export_file(
+    db: Database,
+    project_name: str,
+    fmt: str,
+    target: str | os.PathLike,
+    actor: str,
+    run_id: int | None = None,
+    reviewed_only: bool = True,
+) -> int:
+    """Write the project for another tool (every run's suggestions, or `run_id`'s); returns the items written."""
+    if fmt not in EXPORT_FORMATS:
+        raise SourceError(f"unknown format {fmt!r}; use one of {', '.join(EXPORT_FORMATS)}")
+    bundle = project_bundle(db, project_name, run_id=run_id, reviewed_only=reviewed_only)
+    if fmt == "labelstudio":
+        from diffjev.formats.labelstudio import write_labelstudio
+
+        write_labelstudio(bundle, target)
+    else:
+        from diffjev.formats.argilla import write_argilla
+
+        write_argilla(bundle, target)
+    with db.session() as session:
+        project_id = repo.get_project(session, project_name).id
+        repo.log(
+            session, actor, "export.written", project_id, target=str(target), format=fmt, items=len(bundle.records)
+        )
+    return len(bundle.records)
