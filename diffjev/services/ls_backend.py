@@ -153,7 +153,7 @@ def create_ls_backend(
             configs.move_to_end(xml)
             return configs[xml]
         try:
-            config = schema_from_config(xml, file=f"request field {field!r}")
+            config = schema_from_config(xml, file=f"the request's {field!r}")
         except SourceError as exc:  # InterchangeError names the tag diffjev cannot hold
             raise BackendError(str(exc)) from None
         configs[xml] = config
