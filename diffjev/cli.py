@@ -369,6 +369,21 @@ def _serve_transformers(args: argparse.Namespace) -> None:
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 
+def cmd_serve_ls_backend(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from diffjev.services.ls_backend import create_ls_backend, model_version_of
+
+    engine = _engine(args)
+    app = create_ls_backend(engine, api_key=args.api_key, max_tasks=args.max_tasks, seed=args.seed)
+    guard = "basic auth with the API key as password" if args.api_key else "no API key: it answers anyone"
+    print(
+        f"# Label Studio ML backend {model_version_of(engine)} on http://{args.host}:{args.port} ({guard})",
+        file=sys.stderr,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
 def _positive_int(text: str) -> int:
     if not text.strip().isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
@@ -553,6 +568,29 @@ def parser() -> argparse.ArgumentParser:
         "--api-key (default: $VLLM_API_KEY); the client sends $DIFFJEV_VLLM_API_KEY",
     )
     p.add_argument("--dry-run", action="store_true", help="vllm backend: print the command instead of running it")
+
+    p = command(
+        "serve-ls-backend",
+        cmd_serve_ls_backend,
+        "serve Label Studio's ML backend interface (/health, /setup, /predict): diffjev reads as pre-labels",
+        db=False,
+    )
+    _engine_flags(p)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=9090, help="default 9090, Label Studio's usual ML backend port")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("DIFFJEV_LS_BACKEND_API_KEY") or None,
+        help="answer only requests with this key: Label Studio's Basic Authentication with the key as "
+        "password (any user name), or 'Authorization: Bearer KEY' (default: $DIFFJEV_LS_BACKEND_API_KEY)",
+    )
+    p.add_argument(
+        "--max-tasks",
+        type=_positive_int,
+        default=100,
+        metavar="N",
+        help="refuse a /predict with more tasks than this (default 100)",
+    )
     return top
 
 
