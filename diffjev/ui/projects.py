@@ -1,6 +1,6 @@
 """Many projects in one studio: the picker in the header, and the Manage tab: a new project (questions
-from a form or pasted JSON, a live preview, then the new project's Import tab), members and reviewers,
-assignments, archive and delete.
+from a form or pasted JSON, a live preview, then the new project's Import tab; or, whole, from a Label
+Studio export or an Argilla dataset), members and reviewers, assignments, archive and delete.
 
 A project is opened by the page's address (`?project=NAME`): picking one navigates there, so a link opens
 it and a reload keeps it. Every handler resolves the scope from the request first; nothing here takes a
