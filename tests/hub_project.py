@@ -48,13 +48,19 @@ def hub_project(path, engine) -> Database:
     prelabel(db, "p", engine)
     product = f"{PRODUCT[0]}-{PRODUCT[1]}"
     # ann: not urgent (so outage is not asked of her), billing, the product's span
-    annotation.accept_item(db, card(db, "t0", "ann"), "ann", {"urgent": "no", "calm": "yes", "team": "billing", "product": product}, 4)
+    annotation.accept_item(
+        db, card(db, "t0", "ann"), "ann", {"urgent": "no", "calm": "yes", "team": "billing", "product": product}, 4
+    )
     # bob: urgent, an outage, technical, no product named
     annotation.accept_item(
         db, card(db, "t0", "bob"), "bob", {"urgent": "yes", "outage": "yes", "team": "technical", "product": "none"}, 8
     )
     adjudication.adjudicate(db, "p", "t0", "team", "technical", "carol", "the site is down")
-    annotation.accept_item(db, card(db, "t1", "ann"), "ann", {"urgent": "no", "calm": "no", "team": "billing", "product": "none"}, 2)
-    annotation.accept_item(db, card(db, "t1", "bob"), "bob", {"urgent": "no", "calm": "no", "team": "billing", "product": "none"}, 3)
+    annotation.accept_item(
+        db, card(db, "t1", "ann"), "ann", {"urgent": "no", "calm": "no", "team": "billing", "product": "none"}, 2
+    )
+    annotation.accept_item(
+        db, card(db, "t1", "bob"), "bob", {"urgent": "no", "calm": "no", "team": "billing", "product": "none"}, 3
+    )
     annotation.skip_item(db, card(db, "t2", "ann"), "ann", 1.5)
     return db
