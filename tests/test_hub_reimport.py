@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import select
 
 from diffjev import Schema
-from diffjev.formats.bundle import InterchangeError
+from diffjev.formats.bundle import Adjudication, InterchangeError
 from diffjev.formats.hub import read_diffjev_export
 from diffjev.services.exporting import export_project
 from hub_project import PRODUCT, SCHEMA, hub_project
@@ -50,7 +50,7 @@ def test_the_export_reads_back_with_every_answer_suggestion_span_and_skip(db, tm
     assert set(records) == {"t0", "t1", "t2"}
     for external_id, record in records.items():
         # every person's answer, with its status, source, seconds and why it was not asked
-        people = [a for a in record.answers if a.source != "adjudicated"]
+        people = record.answers
         assert {(a.question, a.annotator, a.value, a.status, a.source, a.seconds) for a in people} == {
             row[:6] for row in answers[external_id]
         }
@@ -76,10 +76,11 @@ def test_the_export_reads_back_with_every_answer_suggestion_span_and_skip(db, tm
         f"{PRODUCT[0]}-{PRODUCT[1]}",
         [(*PRODUCT, "Acme Phone X")],
     )
-    # the reviewer's settled answer comes back as their answer, marked adjudicated
-    assert [(a.annotator, a.value) for a in records["t0"].answers if a.source == "adjudicated"] == [
-        ("carol", "technical")
-    ]
+    # the reviewer's settled answer comes back as an adjudication, with their comment; carol gave no answer
+    # of her own, so none is made up for her
+    assert records["t0"].adjudications == [Adjudication("team", "carol", "technical", "the site is down")]
+    assert "carol" not in {a.annotator for r in records.values() for a in r.answers}
+    assert all(not r.adjudications for r in records.values() if r.external_id != "t0")
     # the skipped item: ann's skip of every question she was asked comes back as skips
     t2 = records["t2"].answers
     assert {a.status for a in t2} == {"skipped"} and {"urgent", "team", "product"} <= {a.question for a in t2}

@@ -8,8 +8,10 @@ figures (label counts, agreement between annotators, calibration of each run aga
 The card's text shows the same figures as tables for a reader on the Hub.
 
 `read_diffjev_export` reads such a folder (or the dataset pushed to the Hub) into a Bundle: each row's
-item, every person's answer from `<q>_answers` (with its status, seconds and, for a question not asked,
-why), the reviewer's adjudicated answer, and the row's run's answers (distribution, confidence, spans
+item, every person's answer from `<q>_answers` (with its status, seconds, a span answer's spans (drafts'
+too) and, for a question not asked, why), the reviewer's adjudication (`<q>` where `<q>_adjudicated_by`
+names a reviewer, with `<q>_comment`; the reviewer's own answer, if they gave one, stays in `<q>_answers`),
+and the row's run's answers (distribution, confidence, spans
 with their confidences) and the questions that run's read skipped. A dataset without the `diffjev`
 metadata was not written by diffjev and is refused; nothing else is guessed.
 """
@@ -21,14 +23,22 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
-from diffjev.formats.bundle import Bundle, HumanAnswer, InterchangeError, ModelAnswer, Record, RunInfo, SpanMark
+from diffjev.formats.bundle import (
+    Adjudication,
+    Bundle,
+    HumanAnswer,
+    InterchangeError,
+    ModelAnswer,
+    Record,
+    RunInfo,
+    SpanMark,
+)
 from diffjev.schema import Schema, SchemaError
 from diffjev.spans import parse_span_value
 from diffjev.staging import is_span, skips
 
 FORMAT_VERSION = 1
 CARD_FILE = "README.md"
-ADJUDICATED = "adjudicated"  # the source of a reviewer's settled answer, as the export marks it
 
 
 def run_key(run_id: int) -> str:
@@ -271,6 +281,11 @@ def _record(row: Mapping[str, Any], schema: Schema, where: str, shown: str, runs
     record = Record(text=text, external_id=row.get("external_id"), fields=fields, where=where)
     for q in schema.questions:
         record.answers += _human_answers(row, q, text, where, shown)
+        reviewer = row.get(f"{q.id}_adjudicated_by")
+        if reviewer:
+            value = row[q.id]
+            spans = _spans_of(value, text, q, where, shown, q.id)
+            record.adjudications.append(Adjudication(q.id, reviewer, value, row.get(f"{q.id}_comment"), spans))
     run_id = row.get("run_id")
     if run_id is not None:
         key = run_key(run_id)
@@ -295,7 +310,7 @@ def _human_answers(row: Mapping[str, Any], q: Any, text: str, where: str, shown:
     out = []
     for given in _column(row, f"{q.id}_answers", where, shown) or []:
         value, status = given.get("value"), given.get("status") or "submitted"
-        spans = _spans_of(value, text, q, where, shown, f"{q.id}_answers") if status == "submitted" else None
+        spans = _spans_of(value, text, q, where, shown, f"{q.id}_answers")  # a draft's too: None where no value
         out.append(
             HumanAnswer(
                 question=q.id,
@@ -308,13 +323,6 @@ def _human_answers(row: Mapping[str, Any], q: Any, text: str, where: str, shown:
                 seconds=given.get("seconds"),
             )
         )
-    reviewer = row.get(f"{q.id}_adjudicated_by")
-    if reviewer:
-        # The reviewer's settled answer comes back as their answer, marked adjudicated: it is their last word
-        # on the item, so it takes the place of an answer of their own.
-        value = row[q.id]
-        out = [a for a in out if a.annotator != reviewer]
-        out.append(HumanAnswer(q.id, reviewer, value, ADJUDICATED, spans=_spans_of(value, text, q, where, shown, q.id)))
     return out
 
 
