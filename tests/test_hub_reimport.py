@@ -11,7 +11,11 @@ from diffjev import Schema
 from diffjev.formats.bundle import Adjudication, InterchangeError
 from diffjev.formats.hub import read_diffjev_export
 from diffjev.services.exporting import export_project
+from diffjev.services.interchange import import_bundle, project_bundle
 from hub_project import PRODUCT, SCHEMA, hub_project
+from interchange_fixtures import TEXTS, comparable, full_project
+from storage import repo
+from storage.db import Database
 from storage.models import Item, ItemRead, Question, Response, Suggestion
 
 
@@ -128,3 +132,40 @@ def test_a_hub_name_fails_fast_without_the_hub(monkeypatch):
     assert str(raised.value) == (
         "someone/tickets: it is not a local folder, and the Hub cannot be reached: HF_HUB_OFFLINE is set"
     )
+
+
+def test_a_project_through_the_hub_export_into_a_new_project_keeps_everything_the_export_holds(tmp_path, dgemma_engine):
+    """project -> hf export -> read back -> a new project: every annotator's answer (drafts with their spans,
+    skips, questions not asked and why), the reviewer's adjudication and comment, and the run's suggestions
+    and skips. The export holds one run per item, the latest that read it: older runs are not in it, so the
+    source is compared as that run alone shows it."""
+    source = full_project(tmp_path / "source.db", dgemma_engine)
+    with source.session() as session:  # erin leaves a span answer as a draft
+        item_id = session.scalar(select(Item.id).where(Item.external_id == "t2"))
+        question_id = session.scalar(select(Question.id).where(Question.key == "parts"))
+        start = TEXTS[1].index("Pro plan")
+        repo.respond(
+            session,
+            repo.ResponseInput(item_id, question_id, "erin", f"{start}-{start + 8}", "manual", status="draft"),
+        )
+    export_project(source, "tickets", tmp_path / "out", "hf", reviewed_only=False)
+    bundle = read_diffjev_export(tmp_path / "out")
+    target = Database(tmp_path / "back.db")
+    report = import_bundle(target, "back", bundle, "importer")
+    assert (report.created, report.items, report.runs) == (True, 3, 1)
+    latest = max(int(key.removeprefix("run-")) for key in project_bundle(source, "tickets").runs)
+    expected = comparable(project_bundle(source, "tickets", run_id=latest))
+    assert comparable(project_bundle(target, "back")) == expected
+    # what the comparison rests on is there: the adjudication with its markup, erin's draft with its span
+    assert expected["t1"]["adjudications"] == [
+        ("team", "dave", "tech", "the hinge is hardware <b>not</b> billing", "None")
+    ]
+    assert (
+        "erin",
+        "parts",
+        f"{start}-{start + 8}",
+        "draft",
+        "manual",
+        f"[({start}, {start + 8}, 'Pro plan')]",
+        "None",
+    ) in (expected["t2"]["answers"])
