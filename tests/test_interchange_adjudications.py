@@ -43,7 +43,9 @@ def settled_bundle() -> Bundle:
         Adjudication("team", "carol", "tech", "a <b>hardware</b> fault,\nnot billing"),
         Adjudication("product", "carol", "0-12,24-35", None, (PHONE, KETTLE)),
     ]
-    return Bundle(SCHEMA, [Record(TEXT, "t1", {}, answers, settled, where="record 1")], {}, "text", "p.json")
+    return Bundle(
+        SCHEMA, [Record(TEXT, "t1", {}, answers, adjudications=settled, where="record 1")], {}, "text", "p.json"
+    )
 
 
 def test_label_studio_tasks_carry_the_adjudications_and_read_them_back(tmp_path):
