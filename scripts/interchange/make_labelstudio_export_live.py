@@ -1,5 +1,6 @@
-"""Make tests/data/labelstudio/ls_export.json with a running Label Studio, so the fixture is Label
-Studio's own export and not a file written to fit diffjev's reader.
+"""Make tests/data/labelstudio/live/ (ls_export.json, ls_export_button.json, label_config.xml) with a
+running Label Studio, so the fixture is Label Studio's own export and not a file written to fit
+diffjev's reader.
 
 It creates a project whose config holds a single <Choices>, a <Choices choice="multiple">, a <Rating>
 and <Labels> over one <Text>, imports five tasks, has two people annotate them (one skips a task),
@@ -13,7 +14,7 @@ To run it again (about two minutes; nothing here is part of diffjev's install):
     LABEL_STUDIO_USER_TOKEN=alice0token0000000000000000000000000000 \\
       /tmp/venv-ls/bin/label-studio start --no-browser --port 8089 --data-dir /tmp/lsdata &
     /tmp/venv-ls/bin/python scripts/interchange/make_labelstudio_export_live.py \\
-      --url http://localhost:8089 --out tests/data/labelstudio
+      --url http://localhost:8089 --out tests/data/labelstudio/live
 
 Label Studio 1.23 turns legacy tokens off for a new organization, so the script first logs in with
 the password (a browser session) and turns them on through /api/jwt/settings, the switch the
@@ -138,7 +139,7 @@ def main() -> None:
     parser.add_argument("--email", default="alice@example.com")
     parser.add_argument("--password", default="alicepass123")
     parser.add_argument("--token", default="alice0token0000000000000000000000000000")
-    parser.add_argument("--out", type=Path, default=Path("tests/data/labelstudio"))
+    parser.add_argument("--out", type=Path, default=Path("tests/data/labelstudio/live"))
     args = parser.parse_args()
 
     enable_legacy_tokens(args.url, args.email, args.password)
