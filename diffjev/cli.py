@@ -6,6 +6,9 @@ exit status 2, never a traceback.
   diffjev prelabel --project tickets [--engine auto|vllm|transformers|autoregressive] [--resume [RUN]]
   diffjev export --project tickets --format parquet --out labeled.parquet [--run N] [--annotator A] [--all]
                  [--no-csv-escape]
+  diffjev import-project --from labelstudio export.json --config label_config.xml --project tickets
+  diffjev import-project --from argilla dataset_folder --project tickets
+  diffjev export --project tickets --format labelstudio|argilla --out PATH
   diffjev stats --project tickets
   diffjev read --schema schema.json "some text" ...          (no database: print decisions as JSON lines)
   diffjev serve-model --model google/diffusiongemma-26B-A4B-it   (vllm serve with the structured-read flags)
@@ -226,9 +229,25 @@ def cmd_prelabel(args: argparse.Namespace) -> None:
         raise SystemExit(1)
 
 
+def cmd_import_project(args: argparse.Namespace) -> None:
+    from diffjev.services.interchange import import_file
+
+    report = import_file(_db(args), args.project, args.source_format, args.source, args.user, config=args.config)
+    print(report.summary())
+
+
 def cmd_export(args: argparse.Namespace) -> None:
     from diffjev.services.exporting import export_project
+    from diffjev.services.interchange import EXPORT_FORMATS, export_file
 
+    if args.format in EXPORT_FORMATS:
+        if args.push_to_hub or args.annotator:
+            raise UserError(f"--push-to-hub and --annotator are for diffjev's own formats, not {args.format}")
+        count = export_file(
+            _db(args), args.project, args.format, args.out, args.user, run_id=args.run, reviewed_only=not args.all
+        )
+        print(f"wrote {count} items to {args.out}")
+        return
     token = args.hf_token or os.environ.get("HF_TOKEN")
     count = export_project(
         _db(args),
@@ -350,6 +369,21 @@ def _serve_transformers(args: argparse.Namespace) -> None:
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 
+def cmd_serve_ls_backend(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from diffjev.services.ls_backend import create_ls_backend, model_version_of
+
+    engine = _engine(args)
+    app = create_ls_backend(engine, api_key=args.api_key, max_tasks=args.max_tasks, seed=args.seed)
+    guard = "basic auth with the API key as password" if args.api_key else "no API key: it answers anyone"
+    print(
+        f"# Label Studio ML backend {model_version_of(engine)} on http://{args.host}:{args.port} ({guard})",
+        file=sys.stderr,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+
+
 def _positive_int(text: str) -> int:
     if not text.strip().isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
@@ -455,9 +489,18 @@ def parser() -> argparse.ArgumentParser:
 
     p = command("export", cmd_export, "export the labeled set")
     p.add_argument("--project", required=True)
-    p.add_argument("--format", required=True, choices=("jsonl", "csv", "parquet", "hf"))
-    p.add_argument("--out", required=True, help="the file (or folder, for hf) to write")
-    p.add_argument("--run", type=int, help="whose suggestions to include (default: the latest run)")
+    p.add_argument("--format", required=True, choices=("jsonl", "csv", "parquet", "hf", "labelstudio", "argilla"))
+    p.add_argument(
+        "--out",
+        required=True,
+        help="the file (or folder, for hf and argilla) to write; labelstudio writes the tasks JSON and its "
+        "labeling config beside it (<name>.label_config.xml)",
+    )
+    p.add_argument(
+        "--run",
+        type=int,
+        help="whose suggestions to include (default: the latest run; labelstudio and argilla: every run)",
+    )
     p.add_argument("--annotator", help="only this annotator's answers")
     p.add_argument("--all", action="store_true", help="every item, not only those with a human answer")
     p.add_argument("--push-to-hub", metavar="REPO", help="also push the hf export to this Hub dataset repo")
@@ -468,6 +511,20 @@ def parser() -> argparse.ArgumentParser:
         help="csv: write cells starting with = + - @ tab or CR as they are, without the leading ' that "
         "keeps spreadsheets from running them as formulas (default: escaped, unless "
         "DIFFJEV_CSV_ESCAPE=0)",
+    )
+
+    p = command(
+        "import-project",
+        cmd_import_project,
+        "import a Label Studio export or an Argilla dataset: its questions, items, people's answers and "
+        "model suggestions, in one transaction (a new project, or one asking the same questions)",
+    )
+    p.add_argument("--project", required=True, help="the project to make (or add to)")
+    p.add_argument("--from", dest="source_format", required=True, choices=("labelstudio", "argilla"))
+    p.add_argument("source", help="labelstudio: the JSON export file; argilla: the folder Dataset.to_disk wrote")
+    p.add_argument(
+        "--config",
+        help="labelstudio: the project's labeling config (XML; default: <export name>.label_config.xml beside it)",
     )
 
     p = command("stats", cmd_stats, "counts of items, answers and runs")
@@ -511,6 +568,29 @@ def parser() -> argparse.ArgumentParser:
         "--api-key (default: $VLLM_API_KEY); the client sends $DIFFJEV_VLLM_API_KEY",
     )
     p.add_argument("--dry-run", action="store_true", help="vllm backend: print the command instead of running it")
+
+    p = command(
+        "serve-ls-backend",
+        cmd_serve_ls_backend,
+        "serve Label Studio's ML backend interface (/health, /setup, /predict): diffjev reads as pre-labels",
+        db=False,
+    )
+    _engine_flags(p)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=9090, help="default 9090, Label Studio's usual ML backend port")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("DIFFJEV_LS_BACKEND_API_KEY") or None,
+        help="answer only requests with this key: Label Studio's Basic Authentication with the key as "
+        "password (any user name), or 'Authorization: Bearer KEY' (default: $DIFFJEV_LS_BACKEND_API_KEY)",
+    )
+    p.add_argument(
+        "--max-tasks",
+        type=_positive_int,
+        default=100,
+        metavar="N",
+        help="refuse a /predict with more tasks than this (default 100)",
+    )
     return top
 
 

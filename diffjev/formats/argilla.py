@@ -1,0 +1,679 @@
+"""Argilla 2.x datasets on disk, in the form `Dataset.to_disk` writes and `Dataset.from_disk` reads:
+
+    <folder>/.argilla/dataset.json    the dataset model (name, guidelines, ...)
+    <folder>/.argilla/settings.json   `Settings.to_json`: fields, questions, metadata, guidelines
+    <folder>/records.json             `DatasetRecords.to_json`: a list of records
+        {"id", "fields": {name: value}, "metadata": {...}, "suggestions": {question: {value, score, agent}},
+         "responses": {question: [{value, user_id}]}, "vectors", "status", "_server_id"}
+
+Questions map as every diffjev format maps them: LabelQuestion -> choice; MultiLabelQuestion -> one yes_no
+question per label (part_of); RatingQuestion -> score with the values as levels; SpanQuestion -> one spans
+question per label (part_of), and its field must be the item text. TextQuestion and RankingQuestion have no
+diffjev equivalent: reading them fails, naming the question. The item text is the first TextField; the
+other fields and the record metadata become item fields.
+
+Argilla keeps one suggestion per question per record, a score (a float, or one per label or span) and no
+distribution; its on-disk responses carry no status (`to_dict` writes value and user_id only, so a
+discarded response is one with no value) and annotators are user ids (UUIDs). What diffjev holds beyond
+that rides in the record's metadata under the key "diffjev" (undeclared metadata, which the settings allow
+with `allow_extra_metadata`, so it survives a trip through an Argilla server and back):
+every run's answers with their full distributions, model skips, each answer's status (skipped, draft,
+not_asked and why), source and time, and the annotators' names behind their user ids. The diffjev schema
+itself (kinds, criteria, staging) goes beside Argilla's files in `.argilla/diffjev.json`, which Argilla
+ignores; a folder without it is read from the settings alone.
+
+A suggestion read from Argilla alone becomes a distribution by one rule: the suggested answer gets the
+score and the other answers share the rest evenly (no score: the suggested answer gets 1). A multi-label
+suggestion's scores are P(yes) of the labels it lists; a label it leaves out has P(yes) = 0.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+from diffjev.errors import SchemaError
+from diffjev.formats.bundle import Bundle, HumanAnswer, InterchangeError, ModelAnswer, Record, RunInfo, SpanMark
+from diffjev.io import atomic_path
+from diffjev.schema import Question, Schema
+from diffjev.spans import parse_span_value, span_value
+
+SETTINGS = ".argilla/settings.json"
+DATASET = ".argilla/dataset.json"
+RECORDS = "records.json"
+SIDECAR = ".argilla/diffjev.json"
+EXTRAS = "diffjev"  # the record metadata key holding what Argilla cannot
+ENGINE = "argilla"  # a run read from Argilla's suggestions alone: its agent is all that is known
+NO_AGENT = "argilla-suggestions"  # the run key of suggestions with no agent
+ANNOTATOR_IDS = uuid.UUID("0b7e9a6c-56a4-4c1e-9d0e-6f1d2c3b4a59")  # namespace of annotator names as user ids
+REFUSED = {
+    "text": "a TextQuestion asks for free text, which no diffjev question holds",
+    "ranking": "a RankingQuestion orders the options, which no diffjev question holds",
+}
+
+
+# --- reading ---------------------------------------------------------------------------------------------
+
+
+class _Target:
+    """Where one diffjev question sits in Argilla: the question's name, its shape there ("label", "rating",
+    "multi", "span"), the label for a multi-label or span question, and the question's values in order with
+    the diffjev answer names they stand for (label and rating questions)."""
+
+    def __init__(self, qid: str, argilla: str, shape: str, label: str | None, values: list[Any], labels: list[str]):
+        self.qid, self.argilla, self.shape, self.label = qid, argilla, shape, label
+        self.values, self.labels = values, labels  # labels: every label of a multi-label or span question
+        self.names: list[str] = [str(v) for v in values]
+
+
+def read_argilla(folder: str | Path) -> Bundle:
+    folder = Path(folder)
+    settings_file = folder / SETTINGS
+    settings = _load_json(settings_file, dict, "the settings Argilla's Settings.to_json writes")
+    text_field, other_fields = _text_field(settings, str(settings_file))
+    derived, targets = _schema_from_settings(settings, text_field, str(settings_file))
+    schema, targets = _with_sidecar(folder / SIDECAR, derived, targets)
+    records_file = folder / RECORDS
+    raw_records = _load_json(records_file, list, "a list of records") if records_file.exists() else []
+    bundle = Bundle(schema=schema, records=[], text_field=text_field, source=str(folder))
+    for n, raw in enumerate(raw_records):
+        bundle.records.append(_read_record(raw, n, text_field, targets, schema, bundle, str(records_file)))
+    return bundle
+
+
+def _load_json(path: Path, shape: type, what: str) -> Any:
+    if not path.exists():
+        raise InterchangeError(str(path), None, None, "no such file; give the folder Argilla's Dataset.to_disk wrote")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InterchangeError(str(path), None, None, f"not JSON ({e}); it should hold {what}") from None
+    if not isinstance(data, shape):
+        raise InterchangeError(str(path), None, None, f"holds a {type(data).__name__}; it should hold {what}")
+    return data
+
+
+def _kind(entry: dict[str, Any]) -> str | None:
+    settings = entry.get("settings")
+    return (settings.get("type") if isinstance(settings, dict) else None) or entry.get("type")
+
+
+def _text_field(settings: dict[str, Any], file: str) -> tuple[str, list[str]]:
+    fields = settings.get("fields")
+    if not isinstance(fields, list) or not all(isinstance(f, dict) and isinstance(f.get("name"), str) for f in fields):
+        raise InterchangeError(file, None, "fields", "list the dataset's fields, each with a name and settings")
+    texts = [f["name"] for f in fields if _kind(f) == "text"]
+    if not texts:
+        raise InterchangeError(file, None, "fields", "no TextField; diffjev's items are texts, so add one")
+    return texts[0], [f["name"] for f in fields if f["name"] != texts[0]]
+
+
+def _options(entry: dict[str, Any], file: str, where: str) -> list[tuple[Any, str | None]]:
+    options = (entry.get("settings") or {}).get("options")
+    if not isinstance(options, list) or not all(isinstance(o, dict) and "value" in o for o in options):
+        raise InterchangeError(file, where, "settings.options", "list the options, each with a value")
+    return [(o["value"], o.get("text")) for o in options]
+
+
+def _instructions(entry: dict[str, Any]) -> str:
+    parts = [p.strip() for p in (entry.get("title"), entry.get("description")) if isinstance(p, str) and p.strip()]
+    return " ".join(dict.fromkeys(parts)) or str(entry["name"])
+
+
+def _schema_from_settings(settings: dict[str, Any], text_field: str, file: str) -> tuple[Schema, list[_Target]]:
+    questions = settings.get("questions")
+    if not isinstance(questions, list) or not questions:
+        raise InterchangeError(file, None, "questions", "list the dataset's questions; diffjev needs at least one")
+    specs: list[dict[str, Any]] = []
+    targets: list[_Target] = []
+    used: set[str] = set()
+    for n, entry in enumerate(questions):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise InterchangeError(file, f"question #{n + 1}", "name", "every question needs a name")
+        name, kind, where = entry["name"], _kind(entry), f"question {entry['name']!r}"
+        if kind in REFUSED:
+            raise InterchangeError(file, where, "type", f"{REFUSED[kind]}; remove it from the settings to import")
+        instructions = _instructions(entry)
+        if kind == "label_selection":
+            options = _options(entry, file, where)
+            qid = _unique(_sanitize(name), used)
+            specs.append({"id": qid, "type": "choice", "instructions": instructions, "options": _named(options)})
+            targets.append(_Target(qid, name, "label", None, [v for v, _ in options], []))
+        elif kind == "rating":
+            options = _options(entry, file, where)
+            qid = _unique(_sanitize(name), used)
+            specs.append(
+                {"id": qid, "type": "score", "instructions": instructions, "levels": [str(v) for v, _ in options]}
+            )
+            targets.append(_Target(qid, name, "rating", None, [v for v, _ in options], []))
+        elif kind in ("multi_label_selection", "span"):
+            if kind == "span" and (entry.get("settings") or {}).get("field") != text_field:
+                raise InterchangeError(
+                    file,
+                    where,
+                    "settings.field",
+                    f"marks spans in {(entry.get('settings') or {}).get('field')!r}, but the item text is "
+                    f"{text_field!r} (the first TextField); diffjev marks spans in the item text only",
+                )
+            options = _options(entry, file, where)
+            labels = [str(v) for v, _ in options]
+            for value, text in options:
+                label = str(value)
+                shown = text or label
+                qid = _unique(_sanitize(f"{name}.{label}"), used)
+                if kind == "span":
+                    spec = {"type": "spans", "instructions": f"Mark every {shown} in the text."}
+                else:
+                    spec = {"type": "yes_no", "instructions": f"Does {shown} apply? {instructions}"}
+                specs.append({"id": qid, **spec, "part_of": {"question": name, "label": label}})
+                targets.append(_Target(qid, name, "span" if kind == "span" else "multi", label, [], labels))
+        else:
+            raise InterchangeError(
+                file,
+                where,
+                "type",
+                f"unknown question type {kind!r}; diffjev reads label_selection, "
+                "multi_label_selection, rating and span questions",
+            )
+    guidelines = settings.get("guidelines")
+    data = {"questions": specs, **({"instructions": guidelines} if isinstance(guidelines, str) else {})}
+    try:
+        return Schema.from_dict(data), targets
+    except SchemaError as e:
+        raise InterchangeError(file, None, "questions", str(e)) from None
+
+
+def _named(options: list[tuple[Any, str | None]]) -> list[Any]:
+    return [{"name": str(v), "description": t} if t and t != str(v) else str(v) for v, t in options]
+
+
+def _sanitize(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name) or "_"
+
+
+def _unique(qid: str, used: set[str]) -> str:
+    out, n = qid, 2
+    while out in used:
+        out, n = f"{qid}_{n}", n + 1
+    used.add(out)
+    return out
+
+
+def _with_sidecar(path: Path, derived: Schema, targets: list[_Target]) -> tuple[Schema, list[_Target]]:
+    """The schema diffjev wrote beside the settings, where it still fits them: the same questions at the same
+    Argilla places. Otherwise (the settings changed since, or there is none) the schema read from them."""
+    if not path.exists():
+        return derived, targets
+    data = _load_json(path, dict, "the diffjev schema written with the dataset")
+    try:
+        schema = Schema.from_dict(data.get("schema"))
+        places = {qid: (place[0], place[1]) for qid, place in data.get("questions", {}).items()}
+    except (SchemaError, TypeError, AttributeError, IndexError) as e:
+        raise InterchangeError(str(path), None, "schema", f"not a diffjev schema ({e}); delete the file") from None
+    by_place = {(t.argilla, t.label): t for t in targets}
+    if sorted(places.values(), key=str) != sorted(by_place, key=str) or {q.id for q in schema.questions} != set(places):
+        return derived, targets
+    out = []
+    for q in schema.questions:
+        t = by_place[places[q.id]]
+        moved = _Target(q.id, t.argilla, t.shape, t.label, t.values, t.labels)
+        if t.shape in ("label", "rating"):
+            if len(q.names) != len(t.values):
+                return derived, targets
+            moved.names = list(q.names)
+        out.append(moved)
+    return schema, out
+
+
+def _read_record(
+    raw: Any, n: int, text_field: str, targets: list[_Target], schema: Schema, bundle: Bundle, file: str
+) -> Record:
+    if not isinstance(raw, dict):
+        raise InterchangeError(file, f"record #{n + 1}", None, "a record is an object with id, fields, responses")
+    rid = raw.get("id")
+    where = f"record {rid!r}" if rid is not None else f"record #{n + 1}"
+    fields = raw.get("fields") or {}
+    text = fields.get(text_field) if isinstance(fields, dict) else None
+    if not isinstance(text, str) or not text.strip():
+        raise InterchangeError(file, where, f"fields.{text_field}", "no text; every record needs the item text")
+    metadata = dict(raw.get("metadata") or {})
+    extras = metadata.pop(EXTRAS, None) or {}
+    if not isinstance(extras, dict):
+        raise InterchangeError(file, where, f"metadata.{EXTRAS}", "diffjev's facts are a JSON object; remove the key")
+    item_fields = {k: v for k, v in fields.items() if k != text_field}
+    item_fields.update({k: v for k, v in metadata.items() if k not in item_fields})
+    record = Record(text=text, external_id=None if rid is None else str(rid), fields=item_fields, where=where)
+    by_argilla: dict[str, list[_Target]] = {}
+    for t in targets:
+        by_argilla.setdefault(t.argilla, []).append(t)
+    names = extras.get("annotators") or {}
+    answer_facts = {(a["question"], a["annotator"]): a for a in extras.get("answers", [])}
+
+    responses = raw.get("responses") or {}
+    for qname, entries in responses.items():
+        for t in by_argilla.get(qname, []) if isinstance(entries, list) else []:
+            for entry in entries:
+                user = str(entry.get("user_id"))
+                annotator = names.get(user, user)
+                facts = answer_facts.pop((t.qid, annotator), {})
+                record.answers.append(
+                    _human(t, entry.get("value"), entry.get("status"), annotator, facts, text, file, where)
+                )
+    for facts in answer_facts.values():  # answers Argilla has no response for: not asked, or skipped
+        if facts.get("question") not in {t.qid for t in targets}:
+            raise InterchangeError(
+                file, where, f"metadata.{EXTRAS}", f"an answer to unknown question {facts.get('question')!r}"
+            )
+        record.answers.append(_human_from_facts(facts))
+
+    suggestions = raw.get("suggestions") or {}
+    for qname, s in suggestions.items():
+        if not isinstance(s, dict) or qname not in by_argilla:
+            continue
+        key = s.get("agent") or NO_AGENT
+        bundle.runs.setdefault(key, RunInfo(key, ENGINE, key))
+        answers = record.predictions.setdefault(key, [])
+        for t in by_argilla[qname]:
+            answers.append(_suggested(t, s, schema.question(t.qid), text, file, where))
+    for key, info in (extras.get("runs") or {}).items():
+        bundle.runs[key] = RunInfo(key, info["engine"], info["model"], info.get("model_version"))
+    for key, answers in (extras.get("predictions") or {}).items():
+        # diffjev's own answers of a run replace what Argilla's one score per suggestion kept of them
+        kept = {a["question"]: _model_answer(a) for a in answers}
+        current = [a for a in record.predictions.get(key, []) if a.question not in kept]
+        record.predictions[key] = _in_order(current + list(kept.values()), targets)
+    record.model_skipped = extras.get("model_skipped") or {}
+    return record
+
+
+def _in_order(answers: list[ModelAnswer], targets: list[_Target]) -> list[ModelAnswer]:
+    order = {t.qid: i for i, t in enumerate(targets)}
+    return sorted(answers, key=lambda a: order.get(a.question, len(order)))
+
+
+def _human(
+    t: _Target, value: Any, status: Any, annotator: str, facts: dict, text: str, file: str, where: str
+) -> HumanAnswer:
+    field = f"responses.{t.argilla}"
+    status = facts.get("status") or {"discarded": "skipped", "draft": "draft"}.get(status, "submitted")
+    extra = {k: facts[k] for k in ("source", "seconds") if k in facts}
+    if value is None or status in ("skipped", "not_asked"):
+        return HumanAnswer(
+            t.qid,
+            annotator,
+            None,
+            status="skipped" if status == "submitted" else status,
+            skipped=facts.get("skipped"),
+            **extra,
+        )
+    if t.shape == "span":
+        marks = _spans(value, t, text, file, where, field)
+        return HumanAnswer(t.qid, annotator, span_value(marks), status=status, spans=marks, **extra)
+    return HumanAnswer(t.qid, annotator, _answer_name(t, value, file, where, field), status=status, **extra)
+
+
+def _human_from_facts(facts: dict) -> HumanAnswer:
+    return HumanAnswer(
+        facts["question"],
+        facts["annotator"],
+        None,
+        facts.get("source", "manual"),
+        facts.get("status", "skipped"),
+        skipped=facts.get("skipped"),
+        seconds=facts.get("seconds"),
+    )
+
+
+def _answer_name(t: _Target, value: Any, file: str, where: str, field: str) -> str:
+    """A person's or a model's value as the diffjev answer name."""
+    if t.shape == "multi":
+        if not isinstance(value, list):
+            raise InterchangeError(file, where, field, f"{value!r} is not a list of labels")
+        unknown = [v for v in value if str(v) not in t.labels]
+        if unknown:
+            raise InterchangeError(
+                file, where, field, f"{unknown[0]!r} is not one of its labels ({', '.join(t.labels)}); fix the value"
+            )
+        return "yes" if t.label in map(str, value) else "no"
+    if value not in t.values:
+        raise InterchangeError(
+            file, where, field, f"{value!r} is not one of its labels ({', '.join(map(str, t.values))}); fix the value"
+        )
+    return t.names[t.values.index(value)]
+
+
+def _spans(value: Any, t: _Target, text: str, file: str, where: str, field: str) -> tuple[SpanMark, ...]:
+    if not isinstance(value, list):
+        raise InterchangeError(file, where, field, "a span answer is a list of {start, end, label}")
+    marks = []
+    for s in value:
+        if not isinstance(s, dict) or not all(isinstance(s.get(k), int) for k in ("start", "end")):
+            raise InterchangeError(file, where, field, f"{s!r} is not a span {{start, end, label}}")
+        if not 0 <= s["start"] < s["end"] <= len(text):
+            raise InterchangeError(
+                file,
+                where,
+                field,
+                f"span {s['start']}-{s['end']} is outside the text ({len(text)} characters); fix the offsets",
+            )
+        if str(s.get("label")) not in t.labels:
+            raise InterchangeError(
+                file, where, field, f"{s.get('label')!r} is not one of its labels ({', '.join(t.labels)}); fix the span"
+            )
+        if str(s.get("label")) == t.label:
+            marks.append(SpanMark(s["start"], s["end"], text[s["start"] : s["end"]]))
+    return tuple(sorted(marks, key=lambda m: (m.start, m.end)))
+
+
+def _suggested(t: _Target, s: dict[str, Any], q: Question, text: str, file: str, where: str) -> ModelAnswer:
+    """An Argilla suggestion as one diffjev question's model answer (the module docstring gives the rule)."""
+    field, value, score = f"suggestions.{t.argilla}", s.get("value"), s.get("score")
+    if score is not None and not isinstance(score, (int, float, list)):
+        raise InterchangeError(file, where, f"{field}.score", f"{score!r} is not a number or a list of numbers")
+    if t.shape == "span":
+        marks = _spans(value, t, text, file, where, field)
+        scores = _per_item(score, len(value), file, where, field)
+        own = [scores[i] for i, v in enumerate(value) if str(v.get("label")) == t.label]
+        marks = tuple(SpanMark(m.start, m.end, m.text, c) for m, c in zip(marks, sorted_scores(value, own, t)))
+        return ModelAnswer(t.qid, span_value(marks), {}, min(own, default=1.0), marks)
+    if t.shape == "multi":
+        answer = _answer_name(t, value, file, where, field)
+        scores = _per_item(score, len(value), file, where, field)
+        p_yes = next((scores[i] for i, v in enumerate(value) if str(v) == t.label), 0.0)
+        return ModelAnswer(t.qid, answer, {"yes": p_yes, "no": 1.0 - p_yes}, max(p_yes, 1.0 - p_yes))
+    answer = _answer_name(t, value, file, where, field)
+    p = 1.0 if score is None else float(score if not isinstance(score, list) else score[0])
+    if not 0.0 <= p <= 1.0:
+        raise InterchangeError(file, where, f"{field}.score", f"{p} is not a probability between 0 and 1")
+    rest = (1.0 - p) / (len(q.names) - 1)
+    return ModelAnswer(t.qid, answer, {name: p if name == answer else rest for name in q.names}, p)
+
+
+def sorted_scores(value: list[dict[str, Any]], own: list[float], t: _Target) -> list[float]:
+    """The scores of one label's spans in the order `_spans` returns them (by offset)."""
+    mine = [v for v in value if str(v.get("label")) == t.label]
+    order = sorted(range(len(mine)), key=lambda i: (mine[i]["start"], mine[i]["end"]))
+    return [own[i] for i in order]
+
+
+def _per_item(score: Any, n: int, file: str, where: str, field: str) -> list[float]:
+    """One score per listed label or span: Argilla gives a list as long as the value, or one number for all."""
+    if score is None:
+        return [1.0] * n
+    scores = score if isinstance(score, list) else [score] * n
+    if len(scores) != n or not all(isinstance(x, (int, float)) and 0 <= x <= 1 for x in scores):
+        raise InterchangeError(
+            file, where, f"{field}.score", f"give one probability between 0 and 1 per item of the value ({n})"
+        )
+    return [float(x) for x in scores]
+
+
+def _model_answer(a: dict[str, Any]) -> ModelAnswer:
+    spans = a.get("spans")
+    return ModelAnswer(
+        a["question"],
+        a["answer"],
+        dict(a.get("distribution") or {}),
+        float(a["confidence"]),
+        None if spans is None else tuple(SpanMark(**m) for m in spans),
+    )
+
+
+# --- writing ---------------------------------------------------------------------------------------------
+
+
+class _Group:
+    """One Argilla question and the diffjev questions it holds (one, or one per label)."""
+
+    def __init__(self, name: str, shape: str, questions: list[Question]):
+        self.name, self.shape, self.questions = name, shape, questions
+
+    def label(self, q: Question) -> str | None:
+        return q.part_of[1] if q.part_of else (q.id if self.shape == "span" else None)
+
+
+def write_argilla(bundle: Bundle, folder: str | Path) -> None:
+    """The bundle as the folder `Dataset.to_disk` writes; nothing is left at `folder` if any of it fails."""
+    folder = Path(folder)
+    groups = _groups(bundle.schema, bundle.source or str(folder))
+    with atomic_path(folder, directory=True) as temp:
+        (temp / ".argilla").mkdir()
+        _dump(temp / DATASET, _dataset_model(folder.name, bundle.schema))
+        _dump(temp / SETTINGS, _settings(bundle, groups))
+        places = {q.id: [g.name, g.label(q)] for g in groups for q in g.questions}
+        _dump(temp / SIDECAR, {"schema": bundle.schema.to_dict(), "questions": places})
+        _dump(temp / RECORDS, [_record(bundle, record, groups) for record in bundle.records])
+
+
+def _dump(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+
+
+def _groups(schema: Schema, file: str) -> list[_Group]:
+    groups: dict[str, _Group] = {}
+    names: dict[str, str] = {}  # diffjev name -> Argilla name (lower case letters, digits, _ and -)
+    used: set[str] = set()
+    for q in schema.questions:
+        key = q.part_of[0] if q.part_of else q.id
+        shape = {"yes_no": "multi" if q.part_of else "label", "choice": "label", "score": "rating"}.get(q.kind, "span")
+        if key not in names:
+            names[key] = _unique(re.sub(r"[^a-z0-9_-]", "_", key.lower()), used)
+            groups[key] = _Group(names[key], shape, [])
+        group = groups[key]
+        if group.shape != shape or (q.part_of is None and group.questions):
+            raise InterchangeError(
+                file,
+                f"question {q.id!r}",
+                "part_of",
+                f"joins {key!r} with questions of another kind; one Argilla question holds one kind",
+            )
+        if shape == "rating" and len(q.names) > 11:
+            raise InterchangeError(file, f"question {q.id!r}", "levels", "an Argilla rating holds at most 11 values")
+        group.questions.append(q)
+    return list(groups.values())
+
+
+def _rating_values(q: Question) -> list[int]:
+    """The levels as Argilla's ratings (0..10): themselves where they are such numbers, else 1..N."""
+    if all(n.isdigit() for n in q.names):
+        values = [int(n) for n in q.names]
+        if values == sorted(set(values)) and values[-1] <= 10:
+            return values
+    return list(range(1, len(q.names) + 1)) if len(q.names) <= 10 else list(range(len(q.names)))
+
+
+def _values(group: _Group) -> list[Any]:
+    q = group.questions[0]
+    if group.shape == "rating":
+        return _rating_values(q)
+    if group.shape == "label":
+        return list(q.names)
+    return [group.label(member) for member in group.questions]
+
+
+def _dataset_model(name: str, schema: Schema) -> dict[str, Any]:
+    return {
+        "id": None, "inserted_at": None, "updated_at": None, "name": name, "status": "ready",
+        "guidelines": schema.instructions or None, "allow_extra_metadata": True, "distribution": None,
+        "workspace_id": None, "last_activity_at": None,
+    }  # fmt: skip
+
+
+def _settings(bundle: Bundle, groups: list[_Group]) -> dict[str, Any]:
+    """`Settings.serialize()`'s shape. Extra metadata is allowed: it carries diffjev's facts and item fields."""
+    blank = {"id": None, "inserted_at": None, "updated_at": None}
+    questions = []
+    for n, g in enumerate(groups):
+        values = _values(g)
+        if g.shape == "rating":
+            settings: dict[str, Any] = {"type": "rating", "options": [{"value": v} for v in values]}
+        else:
+            options = [{"text": str(v), "value": v} for v in values]
+            settings = {"type": {"label": "label_selection", "multi": "multi_label_selection"}.get(g.shape, "span")}
+            if g.shape == "span":
+                settings.update(allow_overlapping=False, field=bundle.text_field, options=options, visible_options=None)
+            else:
+                # as Argilla's own settings model sets it: the label count, from 3 labels up (fewer: none)
+                settings.update(options=options, visible_options=len(options) if len(options) >= 3 else None)
+                if g.shape == "multi":
+                    settings["options_order"] = "natural"
+        title = g.questions[0].instructions if len(g.questions) == 1 and not g.questions[0].part_of else g.name
+        questions.append(
+            {
+                **blank,
+                "name": g.name,
+                "settings": settings,
+                "title": title,
+                "description": None,
+                "required": n == 0,
+                "dataset_id": None,
+                "type": settings["type"],
+            }  # fmt: skip
+        )
+    text_field = {
+        **blank, "name": bundle.text_field, "settings": {"type": "text", "use_markdown": False},
+        "title": bundle.text_field, "required": True, "description": None, "dataset_id": None, "type": "text",
+    }  # fmt: skip
+    return {
+        "guidelines": bundle.schema.instructions or None,
+        "questions": questions,
+        "fields": [text_field],
+        "vectors": [],
+        "metadata": [],
+        "allow_extra_metadata": True,
+        "distribution": {"strategy": "overlap", "min_submitted": 1},
+        "mapping": None,
+    }
+
+
+def _user_id(annotator: str) -> str:
+    """Argilla names annotators by user id (a UUID): one kept as it is, any other name mapped to a fixed one."""
+    try:
+        return str(uuid.UUID(annotator))
+    except ValueError:
+        return str(uuid.uuid5(ANNOTATOR_IDS, annotator))
+
+
+def _marks(q: Question, value: str | None, spans: tuple[SpanMark, ...] | None, text: str) -> tuple[SpanMark, ...]:
+    if spans is not None:
+        return spans
+    return tuple(SpanMark(s.start, s.end, s.text) for s in parse_span_value(value or "none", text, q.kind))
+
+
+def _record(bundle: Bundle, record: Record, groups: list[_Group]) -> dict[str, Any]:
+    extras: dict[str, Any] = {}
+    annotators: dict[str, str] = {}
+    facts: list[dict[str, Any]] = []
+    responses: dict[str, list[dict[str, Any]]] = {}
+    for g in groups:
+        ids = {q.id: q for q in g.questions}
+        by_person: dict[str, list[HumanAnswer]] = {}
+        for a in record.answers:
+            if a.question in ids:
+                by_person.setdefault(a.annotator, []).append(a)
+        for person, answers in by_person.items():
+            uid = _user_id(person)
+            if uid != person:
+                annotators[uid] = person
+            for a in answers:
+                fact = {
+                    k: v
+                    for k, v in (("status", a.status), ("source", a.source))
+                    if v != HumanAnswer.__dataclass_fields__[k].default
+                }
+                fact.update({k: v for k, v in (("skipped", a.skipped), ("seconds", a.seconds)) if v is not None})
+                if fact:
+                    facts.append({"question": a.question, "annotator": person, **fact})
+            given = [a for a in answers if a.status in ("submitted", "draft") and a.value is not None]
+            if not any(a.status != "not_asked" for a in answers):
+                continue  # never asked: Argilla has no response for it; the facts above hold why
+            responses.setdefault(g.name, []).append(
+                {"value": _response_value(g, given, record.text, bundle), "user_id": uid}
+            )
+    suggestions: dict[str, dict[str, Any]] = {}
+    shown = next((key for key in bundle.runs if record.predictions.get(key)), next(iter(record.predictions), None))
+    if shown is not None:
+        by_question = {a.question: a for a in record.predictions[shown]}
+        for g in groups:
+            suggestion = _suggestion(g, [by_question[q.id] for q in g.questions if q.id in by_question])
+            if suggestion is not None:
+                suggestions[g.name] = {**suggestion, "agent": shown}
+    predictions = {key: [_answer_dict(a) for a in answers] for key, answers in record.predictions.items() if answers}
+    runs = {key: bundle.runs[key] for key in record.predictions if key in bundle.runs}
+    for name, value in (
+        ("annotators", annotators),
+        ("answers", facts),
+        (
+            "runs",
+            {k: {"engine": r.engine, "model": r.model, "model_version": r.model_version} for k, r in runs.items()},
+        ),
+        ("predictions", predictions),
+        ("model_skipped", record.model_skipped),
+    ):
+        if value:
+            extras[name] = value
+    metadata = dict(record.fields)
+    if extras:
+        metadata[EXTRAS] = extras
+    return {
+        "id": record.external_id,
+        "fields": {bundle.text_field: record.text},
+        "metadata": metadata,
+        "suggestions": suggestions,
+        "responses": responses,
+        "vectors": {},
+        "status": "pending",
+        "_server_id": None,
+    }
+
+
+def _response_value(g: _Group, given: list[HumanAnswer], text: str, bundle: Bundle) -> Any:
+    """A person's answers to one Argilla question as its value; None where they skipped it (as Argilla's
+    discarded responses are written)."""
+    if not given:
+        return None
+    if g.shape in ("label", "rating"):
+        q, a = g.questions[0], given[0]
+        return _values(g)[q.names.index(a.value)]
+    by_id = {q.id: q for q in g.questions}
+    if g.shape == "multi":
+        return [g.label(by_id[a.question]) for a in given if a.value == "yes"]
+    spans = []
+    for a in given:
+        q = by_id[a.question]
+        spans += [{"start": m.start, "end": m.end, "label": g.label(q)} for m in _marks(q, a.value, a.spans, text)]
+    return sorted(spans, key=lambda s: (s["start"], s["end"]))
+
+
+def _suggestion(g: _Group, answers: list[ModelAnswer]) -> dict[str, Any] | None:
+    """A run's answers to one Argilla question as Argilla's one suggestion: the top answer and its score."""
+    if not answers:
+        return None
+    by_id = {q.id: q for q in g.questions}
+    if g.shape in ("label", "rating"):
+        a, q = answers[0], g.questions[0]
+        return {"value": _values(g)[q.names.index(a.answer)], "score": a.distribution.get(a.answer, a.confidence)}
+    if g.shape == "multi":
+        yes = [a for a in answers if a.answer == "yes"]
+        return {"value": [g.label(by_id[a.question]) for a in yes], "score": [a.distribution["yes"] for a in yes]}
+    spans = []
+    for a in answers:
+        for m in a.spans or ():
+            score = a.confidence if m.confidence is None else m.confidence
+            spans.append(({"start": m.start, "end": m.end, "label": g.label(by_id[a.question])}, score))
+    spans.sort(key=lambda s: (s[0]["start"], s[0]["end"]))
+    return {"value": [s for s, _ in spans], "score": [c for _, c in spans]}
+
+
+def _answer_dict(a: ModelAnswer) -> dict[str, Any]:
+    spans = None if a.spans is None else [vars(m) for m in a.spans]
+    return {
+        "question": a.question,
+        "answer": a.answer,
+        "distribution": a.distribution,
+        "confidence": a.confidence,
+        "spans": spans,
+    }

@@ -1,0 +1,475 @@
+"""Moving a whole project in and out: a Bundle (diffjev.formats.bundle), read from another tool's file,
+is stored in one transaction; a project is read back into a Bundle for a format to write.
+
+One transaction per file: every record is checked against the schema first, and a file any of whose
+records cannot be held is refused whole, with one line naming the file, the record and the field, so
+nothing is ever half imported. A second import of the same file adds nothing twice: items are keyed as
+plain imports key them (external id, else content), answers are each annotator's own (updated in place),
+and a run keeps to the run an earlier import of the same file made.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from diffjev.decide import Answer, Decision, entropy
+from diffjev.formats.bundle import Bundle, HumanAnswer, InterchangeError, ModelAnswer, Record, RunInfo, SpanMark
+from diffjev.io import Row, SourceError
+from diffjev.schema import Question, Schema
+from diffjev.spans import Span, SpanAnswer, parse_span_value, span_value, spans_detail, spans_from_detail
+from storage import interchange as store
+from storage import repo
+from storage.db import Database
+
+PAGE = 2_000
+IMPORTED_ENGINE = "imported"  # what a run made by an import names as its engine when the file names none
+
+
+@dataclass
+class BundleReport:
+    project: str
+    created: bool
+    items: int  # items added
+    duplicates: int  # records whose item was stored already
+    answers: int
+    runs: int
+    suggestions: int
+
+    def summary(self) -> str:
+        made = "created" if self.created else "added to"
+        return (
+            f"{made} project {self.project!r}: {self.items} items ({self.duplicates} already there), "
+            f"{self.answers} answers, {self.suggestions} suggestions in {self.runs} runs"
+        )
+
+
+# In ---------------------------------------------------------------------------------------------------------
+
+
+def import_bundle(db: Database, project_name: str, bundle: Bundle, actor: str) -> BundleReport:
+    """Store `bundle` into `project_name` (made with the bundle's schema where it does not exist) in one
+    transaction. Raises InterchangeError, having stored nothing, for a record the schema cannot hold."""
+    file = bundle.source or "the file"
+
+    def work(session) -> BundleReport:
+        created = False
+        try:
+            project = repo.get_project(session, project_name)
+        except repo.NotFound:
+            project = repo.create_project(session, project_name, bundle.schema, actor, text_field=bundle.text_field)
+            created = True
+        version = repo.latest_version(session, project.id)
+        schema, rows = repo.version_schema(version)
+        if not created:
+            _check_fits(schema, bundle.schema, file, project_name)
+        questions = {q.id: q for q in schema.questions}
+        records = [(record, _checked(record, questions, file)) for record in bundle.records]
+        item_ids, added, duplicates = _store_items(session, project.id, records)
+        answers = 0
+        for (record, _), item_id in zip(records, item_ids):
+            for answer in record.answers:
+                repo.respond(session, _response(answer, questions[answer.question], item_id, rows, record.text))
+                answers += 1
+        suggestions = 0
+        for key, info in bundle.runs.items():
+            suggestions += _store_run(
+                session, project.id, version, schema, rows, bundle, key, info, records, item_ids, actor
+            )
+        repo.log(
+            session,
+            actor,
+            "project.imported",
+            project.id,
+            source=file[:500],
+            items=added,
+            duplicates=duplicates,
+            answers=answers,
+            runs=len(bundle.runs),
+            suggestions=suggestions,
+        )
+        return BundleReport(project_name, created, added, duplicates, answers, len(bundle.runs), suggestions)
+
+    return db.write(work)
+
+
+def _check_fits(stored: Schema, incoming: Schema, file: str, project: str) -> None:
+    """An existing project takes a file only where every question of the file is one of its own, alike."""
+    have = {q.id: q for q in stored.questions}
+    for q in incoming.questions:
+        mine = have.get(q.id)
+        if mine is None:
+            raise InterchangeError(
+                file, None, q.id, f"project {project!r} has no such question; import into a new project instead"
+            )
+        if mine.kind != q.kind or mine.names != q.names:
+            raise InterchangeError(
+                file,
+                None,
+                q.id,
+                f"project {project!r} asks it as a {mine.kind} question with answers {', '.join(mine.names) or '-'}, "
+                f"the file as a {q.kind} question with answers {', '.join(q.names) or '-'}; import into a new project",
+            )
+
+
+def _checked(record: Record, questions: dict[str, Question], file: str) -> Row:
+    """The record as an import row, once every answer and suggestion in it fits its question."""
+    where = record.where or f"item {record.external_id}"
+    if not isinstance(record.text, str) or not record.text.strip():
+        raise InterchangeError(file, where, "text", "the item has no text; give every item its text")
+    for answer in record.answers:
+        question = _question(questions, answer.question, file, where)
+        try:
+            _human_value(answer, question, record.text)
+        except ValueError as exc:
+            raise InterchangeError(file, where, answer.question, f"{answer.annotator}'s answer: {exc}") from None
+    for key, answers in record.predictions.items():
+        for answer in answers:
+            question = _question(questions, answer.question, file, where)
+            try:
+                _model_answer(answer, question, record.text)
+            except ValueError as exc:
+                raise InterchangeError(file, where, answer.question, f"the prediction of {key!r}: {exc}") from None
+    return Row(0, record.text, record.external_id, dict(record.fields))
+
+
+def _question(questions: dict[str, Question], qid: str, file: str, where: str) -> Question:
+    if qid not in questions:
+        raise InterchangeError(file, where, qid, f"no such question; the questions are {', '.join(questions)}")
+    return questions[qid]
+
+
+def _spans(marks: tuple[SpanMark, ...] | None, value: str | None, question: Question, text: str) -> tuple[Span, ...]:
+    """A span answer's spans, each checked against the item text; from the offsets in `value` where the file
+    gave no spans of their own."""
+    if marks is None:
+        return parse_span_value(value or "", text, question.kind)
+    spans = []
+    for mark in marks:
+        if not (0 <= mark.start < mark.end <= len(text)) or text[mark.start : mark.end] != mark.text:
+            raise ValueError(
+                f"the span {mark.start}-{mark.end} ({mark.text!r}) is not that text of the item: "
+                f"the item holds {text[mark.start : mark.end]!r} there"
+            )
+        spans.append(Span(mark.start, mark.end, mark.text, mark.confidence if mark.confidence is not None else 1.0))
+    if question.kind == "span" and len(spans) > 1:
+        raise ValueError(f"a span question takes one span, not {len(spans)}")
+    return tuple(sorted(spans, key=lambda s: (s.start, s.end)))
+
+
+def _human_value(answer: HumanAnswer, question: Question, text: str) -> tuple[str | None, dict | None]:
+    """The stored value and detail of a person's answer; ValueError says what does not fit."""
+    if answer.status not in repo.STATUSES or answer.source not in repo.SOURCES:
+        raise ValueError(f"status {answer.status!r} / source {answer.source!r} is not one diffjev keeps")
+    if not isinstance(answer.annotator, str) or not answer.annotator.strip():
+        raise ValueError("the answer names no annotator")
+    if answer.status == "not_asked":
+        return None, {"skipped": answer.skipped or {}}
+    if answer.status == "skipped" or (answer.value is None and answer.spans is None):
+        return None, None
+    if question.type.reads == "span":
+        spans = _spans(answer.spans, answer.value, question, text)
+        return span_value(spans), spans_detail(spans)
+    return question.type.human_value(question, answer.value, text), None
+
+
+def _response(
+    answer: HumanAnswer, question: Question, item_id: int, rows: dict[str, int], text: str
+) -> repo.ResponseInput:
+    value, detail = _human_value(answer, question, text)
+    status = "skipped" if answer.status == "submitted" and value is None and detail is None else answer.status
+    return repo.ResponseInput(
+        item_id,
+        rows[question.id],
+        answer.annotator,
+        value,
+        answer.source,
+        status,
+        seconds=answer.seconds,
+        detail=detail,
+    )
+
+
+def _model_answer(answer: ModelAnswer, question: Question, text: str) -> Answer | SpanAnswer:
+    """A model's answer as diffjev's read gives it; ValueError says what does not fit."""
+    if not isinstance(answer.confidence, (int, float)) or not 0 <= answer.confidence <= 1:
+        raise ValueError(f"confidence {answer.confidence!r} is not a probability from 0 to 1")
+    if question.type.reads == "span":
+        spans = _spans(answer.spans, answer.answer, question, text)
+        return SpanAnswer(question.id, question.kind, spans, float(answer.confidence), reads=1)
+    if answer.answer not in question.names:
+        raise ValueError(f"{answer.answer!r} is not an answer; answers: {', '.join(question.names)}")
+    unknown = sorted(set(answer.distribution) - set(question.names))
+    if unknown:
+        raise ValueError(f"the distribution names {unknown[0]!r}, not an answer; answers: {', '.join(question.names)}")
+    raw = [answer.distribution.get(name, 0.0) for name in question.names]
+    if any(not isinstance(p, (int, float)) or math.isnan(p) or p < 0 for p in raw) or sum(raw) <= 0:
+        raise ValueError("the distribution must give each answer a probability of 0 or more, not all 0")
+    total = sum(raw)
+    # a distribution that sums to 1 is kept as given (a round trip gives back the same numbers)
+    probs = raw if abs(total - 1) < 1e-6 else [p / total for p in raw]
+    ordered = sorted(probs, reverse=True)
+    distribution = dict(zip(question.names, probs))
+    return Answer(
+        question_id=question.id,
+        kind=question.kind,
+        answer=answer.answer,
+        probabilities=distribution,
+        confidence=distribution[answer.answer],
+        entropy=entropy(probs),
+        margin=ordered[0] - (ordered[1] if len(ordered) > 1 else 0.0),
+        label_mass=1.0,
+        draws=1,
+    )
+
+
+def _store_items(session, project_id: int, records: list[tuple[Record, Row]]) -> tuple[list[int], int, int]:
+    """Each record's item id, storing those not stored yet (file order); and how many were added / there."""
+    rows = [row for _, row in records]
+    by_id, by_hash = store.item_ids_by_key(
+        session,
+        project_id,
+        [r.external_id for r in rows if r.external_id is not None],
+        [r.content_hash for r in rows if r.external_id is None],
+    )
+
+    def known(row: Row) -> int | None:
+        return by_id.get(row.external_id) if row.external_id is not None else by_hash.get(row.content_hash)
+
+    fresh, seen = [], set()
+    for row in rows:
+        key = row.external_id if row.external_id is not None else row.content_hash
+        if known(row) is None and key not in seen:
+            seen.add(key)
+            fresh.append(
+                {
+                    "external_id": row.external_id,
+                    "content_hash": row.content_hash,
+                    "text": row.text,
+                    "fields": row.fields,
+                    "import_id": None,
+                    "image": None,
+                }
+            )
+    repo.insert_items(session, project_id, fresh)
+    by_id, by_hash = store.item_ids_by_key(
+        session,
+        project_id,
+        [r.external_id for r in rows if r.external_id is not None],
+        [r.content_hash for r in rows if r.external_id is None],
+    )
+    return [known(row) for row in rows], len(fresh), len(rows) - len(fresh)
+
+
+def _store_run(
+    session,
+    project_id: int,
+    version,
+    schema: Schema,
+    rows: dict[str, int],
+    bundle: Bundle,
+    key: str,
+    info: RunInfo,
+    records: list[tuple[Record, Row]],
+    item_ids: list[int],
+    actor: str,
+) -> int:
+    questions = {q.id: q for q in schema.questions}
+    imported_as = f"{bundle.source}#{key}"
+    run = store.imported_run(session, project_id, imported_as)
+    if run is None:
+        params = {"imported_as": imported_as, "imported_from": bundle.source, "key": key}
+        run = repo.create_run(
+            session, project_id, version, info.engine or IMPORTED_ENGINE, info.model, info.model_version, params, actor
+        )
+    results, count = [], 0
+    for (record, _), item_id in zip(records, item_ids):
+        answers = record.predictions.get(key)
+        skipped = record.model_skipped.get(key) or {}
+        if not answers and not skipped:
+            continue
+        read = {a.question: _model_answer(a, questions[a.question], record.text) for a in answers or ()}
+        diagnostics: dict[str, Any] = {"imported": True}
+        if skipped:
+            diagnostics["skipped"] = skipped
+        results.append((item_id, Decision(read, schema, diagnostics), None, 1, None))
+        count += len(read)
+    if results:
+        repo.store_reads(session, run.id, rows, results)
+    repo.finish_run(session, run.id, "completed", None, actor)
+    return count
+
+
+# Out --------------------------------------------------------------------------------------------------------
+
+
+def run_key(run_id: int) -> str:
+    """How a diffjev run is named in another tool's file (Label Studio's model_version, Argilla's agent)."""
+    return f"run-{run_id}"
+
+
+def project_bundle(
+    db: Database,
+    project_name: str,
+    run_id: int | None = None,
+    reviewed_only: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> Bundle:
+    """The project as a Bundle: every item (or, with `reviewed_only`, those a person answered), each
+    annotator's responses (submitted, skipped, draft and not asked, with why), and the suggestions of
+    every run, or of `run_id` alone, with the questions each run's read skipped."""
+    with db.read() as session:
+        project = repo.get_project(session, project_name)
+        if run_id is not None:
+            repo.get_run(session, run_id, project.id)  # another project's run is not found
+        schema, rows = repo.version_schema(repo.latest_version(session, project.id))
+        runs = {
+            run.id: RunInfo(run_key(run.id), run.engine, run.model_name, run.model_version)
+            for run in store.runs_of(session, project.id, run_id)
+        }
+        project_id, text_field = project.id, project.text_field
+    key_of = {row: key for key, row in rows.items()}
+    kinds = {q.id: q for q in schema.questions}
+    records: list[Record] = []
+    after = 0
+    while True:
+        with db.read() as session:
+            page = store.item_page(session, project_id, after, PAGE)
+            if not page:
+                break
+            after = page[-1][0]
+            ids = [item_id for item_id, *_ in page]
+            responses = store.responses_of(session, ids, list(rows.values()))
+            suggestions = store.suggestions_of(session, ids, list(rows.values()), run_id)
+            skipped = store.read_skips(session, ids, run_id)
+        by_item: dict[int, Record] = {}
+        for item_id, external_id, text, fields in page:
+            by_item[item_id] = Record(text, external_id, dict(fields or {}), where=f"item {external_id or item_id}")
+        for r in responses:
+            question = kinds[key_of[r.question_id]]
+            by_item[r.item_id].answers.append(_human_answer(r, question, by_item[r.item_id].text))
+        for s in suggestions:
+            if s.run_id not in runs:
+                continue
+            question = kinds[key_of[s.question_id]]
+            record = by_item[s.item_id]
+            record.predictions.setdefault(run_key(s.run_id), []).append(_model_out(s, question, record.text))
+        for (run, item_id), record in skipped.items():
+            if run in runs:
+                by_item[item_id].model_skipped[run_key(run)] = record
+        for record in by_item.values():
+            if reviewed_only and not any(a.status in repo.DONE_STATUSES for a in record.answers):
+                continue
+            records.append(record)
+        if progress:
+            progress(len(records))
+    return Bundle(schema, records, {info.key: info for info in runs.values()}, text_field, project_name)
+
+
+def _marks(spans: tuple[Span, ...]) -> tuple[SpanMark, ...]:
+    return tuple(SpanMark(s.start, s.end, s.text, s.confidence) for s in spans)
+
+
+def _human_answer(response, question: Question, text: str) -> HumanAnswer:
+    skipped = (response.detail or {}).get("skipped") if response.status == "not_asked" else None
+    spans = None
+    if question.type.reads == "span" and response.value is not None:
+        spans = tuple(
+            SpanMark(s.start, s.end, s.text) for s in _stored_spans(response.value, response.detail, question, text)
+        )
+    return HumanAnswer(
+        question.id,
+        response.annotator,
+        response.value,
+        response.source,
+        response.status,
+        spans,
+        skipped,
+        response.seconds,
+    )
+
+
+def _stored_spans(value: str, detail: dict | None, question: Question, text: str) -> tuple[Span, ...]:
+    """A stored span answer's spans: from its detail, else (an answer written without one) its offsets."""
+    try:
+        if detail and detail.get("spans") is not None:
+            return spans_from_detail(detail, text)
+        return parse_span_value(value, text, question.kind)
+    except ValueError:
+        return ()
+
+
+def _model_out(suggestion, question: Question, text: str) -> ModelAnswer:
+    spans = (
+        _marks(_stored_spans(suggestion.answer, suggestion.detail, question, text))
+        if question.type.reads == "span"
+        else None
+    )
+    return ModelAnswer(
+        question.id, suggestion.answer, dict(suggestion.distribution or {}), float(suggestion.confidence), spans
+    )
+
+
+# Files ------------------------------------------------------------------------------------------------------
+
+IMPORT_FORMATS = ("labelstudio", "argilla")
+EXPORT_FORMATS = ("labelstudio", "argilla")
+
+
+def read_file(fmt: str, source: str | os.PathLike, config: str | os.PathLike | None = None) -> Bundle:
+    """Another tool's file as a Bundle: a Label Studio JSON export (with its labeling config), an Argilla
+    dataset folder as `Dataset.to_disk` writes it."""
+    if fmt == "labelstudio":
+        from diffjev.formats.labelstudio import read_labelstudio
+
+        return read_labelstudio(source, config)
+    if config is not None:
+        raise SourceError(f"--config is for Label Studio exports; a {fmt} source carries its own settings")
+    if fmt == "argilla":
+        from diffjev.formats.argilla import read_argilla
+
+        return read_argilla(source)
+    raise SourceError(f"unknown format {fmt!r}; use one of {', '.join(IMPORT_FORMATS)}")
+
+
+def import_file(
+    db: Database,
+    project_name: str,
+    fmt: str,
+    source: str | os.PathLike,
+    actor: str,
+    config: str | os.PathLike | None = None,
+) -> BundleReport:
+    """Read the file whole, then store it in one transaction: a file that cannot be held stores nothing."""
+    return import_bundle(db, project_name, read_file(fmt, source, config), actor)
+
+
+def export_file(
+    db: Database,
+    project_name: str,
+    fmt: str,
+    target: str | os.PathLike,
+    actor: str,
+    run_id: int | None = None,
+    reviewed_only: bool = True,
+) -> int:
+    """Write the project for another tool (every run's suggestions, or `run_id`'s); returns the items written."""
+    if fmt not in EXPORT_FORMATS:
+        raise SourceError(f"unknown format {fmt!r}; use one of {', '.join(EXPORT_FORMATS)}")
+    bundle = project_bundle(db, project_name, run_id=run_id, reviewed_only=reviewed_only)
+    if fmt == "labelstudio":
+        from diffjev.formats.labelstudio import write_labelstudio
+
+        write_labelstudio(bundle, target)
+    else:
+        from diffjev.formats.argilla import write_argilla
+
+        write_argilla(bundle, target)
+    with db.session() as session:
+        project_id = repo.get_project(session, project_name).id
+        repo.log(
+            session, actor, "export.written", project_id, target=str(target), format=fmt, items=len(bundle.records)
+        )
+    return len(bundle.records)

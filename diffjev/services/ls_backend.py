@@ -1,0 +1,253 @@
+"""Label Studio's ML backend interface over a diffjev engine: a team keeps Label Studio as its front end
+and gets diffjev reads as pre-labels.
+
+Label Studio (label_studio/ml/api_connector.py, `MLApi`) calls a backend at these routes; the shapes here
+follow it and the reference server (label-studio-ml-backend, label_studio_ml/api.py):
+
+- `GET /health` (and `GET /`): `{"status": "UP", "model_class": ...}`; Label Studio's connection check.
+- `POST /setup` with `{"project": "<id>.<created>", "schema": <label config XML>, "hostname", "access_token"}`:
+  answers `{"model_version": ...}`. A config with a tag diffjev cannot hold is refused here, when the
+  backend is connected, with a 400 naming the tag.
+- `POST /predict` with `{"tasks": [{"id", "data": {...}}, ...], "model_version", "project", "label_config",
+  "params": {...}}`: answers `{"results": [...]}`, one prediction per task in task order
+  (`{"result": [...], "score", "model_version"}`); Label Studio stores `result`, `score` and
+  `model_version` of each and reads nothing else. A task diffjev cannot read (no text, a text past the
+  item cap) gets an empty prediction whose `error` says why, so the other tasks still get theirs and the
+  results stay one per task, as Label Studio requires.
+- `POST /webhook`: Label Studio's training events; diffjev does not train from them, so it answers 200
+  with `{"status": "ignored"}`.
+- `GET /versions`: the one model version this backend serves; `GET /metrics`: `{}`.
+
+A whole request that cannot be answered (a config that does not parse, too many tasks, a bad body) gets
+an HTTP error whose JSON `{"error": ...}` is one line naming the field, the way the reference backend
+reports errors.
+
+Authentication: Label Studio sends a backend HTTP basic auth when the connection's "Authentication
+method" is "Basic Authentication" (its `auth_method`, `basic_auth_user`, `basic_auth_pass`). With an
+API key, this backend answers only requests whose basic-auth password is the key (any user name), or
+that carry `Authorization: Bearer <key>`; others get a 401, which Label Studio shows as wrong
+authentication parameters.
+
+Every prediction is read with one engine and one seed, so the same text and config give the same
+prediction each time; `model_version` is "diffjev-<engine>-<model>".
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from diffjev.decide import Decision
+from diffjev.engines.base import DEFAULT_SEED, Engine, EngineError
+from diffjev.formats.bundle import ModelAnswer, SpanMark
+from diffjev.formats.labelstudio import LabelConfig, schema_from_config, task_predictions
+from diffjev.io import SourceError
+from diffjev.read import read_many
+from diffjev.services.importing import max_item_chars
+from diffjev.spans import SpanAnswer
+
+DEFAULT_MAX_TASKS = 100
+MODEL_CLASS = "diffjev"
+CONFIGS_KEPT = 16  # parsed label configs kept: a backend usually serves one project, a few at most
+
+
+class BackendError(Exception):
+    """A request this backend refuses as a whole: answered as `{"error": message}` with `status`."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.message, self.status = message, status
+
+
+def model_version_of(engine: Engine) -> str:
+    """The version Label Studio records on each prediction: stable for one engine and model."""
+    return f"diffjev-{engine.name}-{engine.model_name or 'unnamed'}"
+
+
+def model_answers(decision: Decision) -> list[ModelAnswer]:
+    """A read's answers in the interchange form, in schema order; a staged question the read skipped
+    has no answer and no entry."""
+    out = []
+    for question in decision.schema.questions:
+        answer = decision.answers.get(question.id)
+        if answer is None:
+            continue
+        if isinstance(answer, SpanAnswer):
+            spans = tuple(SpanMark(s.start, s.end, s.text, s.confidence) for s in answer.spans)
+            out.append(ModelAnswer(question.id, answer.answer, {}, answer.confidence, spans))
+        else:
+            out.append(ModelAnswer(question.id, answer.answer, dict(answer.probabilities), answer.confidence))
+    return out
+
+
+def _authorized(header: str, api_key: str) -> bool:
+    """Bearer <key>, or basic auth with the key as password. Compared in constant time, so the key
+    cannot be guessed a character at a time."""
+    expected = api_key.encode()
+    scheme, _, credentials = header.partition(" ")
+    credentials = credentials.strip()
+    if scheme.lower() == "bearer":
+        return hmac.compare_digest(credentials.encode("utf-8", "surrogateescape"), expected)
+    if scheme.lower() == "basic":
+        try:
+            decoded = base64.b64decode(credentials, validate=True)
+        except (binascii.Error, ValueError):
+            return False
+        _, colon, password = decoded.partition(b":")
+        return bool(colon) and hmac.compare_digest(password, expected)
+    return False
+
+
+def _task_where(task: Any, n: int) -> str:
+    task_id = task.get("id") if isinstance(task, dict) else None
+    return f"task {task_id}" if task_id is not None else f"task #{n + 1} of the request"
+
+
+def create_ls_backend(
+    engine: Engine,
+    *,
+    api_key: str | None = None,
+    max_tasks: int = DEFAULT_MAX_TASKS,
+    max_chars: int | None = None,
+    seed: int = DEFAULT_SEED,
+) -> FastAPI:
+    """The ML backend app reading with `engine`. `max_chars` (default: the import's item cap,
+    $DIFFJEV_MAX_ITEM_CHARS) bounds a task's text, as an imported item's is bounded."""
+    app = FastAPI(title="diffjev: Label Studio ML backend")
+    model_version = model_version_of(engine)
+    text_cap = max_chars or max_item_chars()
+    engine_lock = threading.Lock()  # an in-process model reads one batch at a time
+    configs: OrderedDict[str, LabelConfig] = OrderedDict()
+
+    if api_key:
+
+        @app.middleware("http")
+        async def _check_auth(request: Request, call_next):
+            if not _authorized(request.headers.get("authorization", ""), api_key):
+                return JSONResponse(
+                    {
+                        "error": "this ML backend needs its API key: in Label Studio, choose Basic Authentication "
+                        "with the key as the password"
+                    },
+                    status_code=401,
+                    headers={"WWW-Authenticate": 'Basic realm="diffjev"'},
+                )
+            return await call_next(request)
+
+    @app.exception_handler(BackendError)
+    async def _backend_error(_: Request, exc: BackendError) -> JSONResponse:
+        return JSONResponse({"error": exc.message}, status_code=exc.status)
+
+    def label_config(xml: Any, field: str) -> LabelConfig:
+        if not isinstance(xml, str) or not xml.strip():
+            raise BackendError(f"field {field!r}: give the project's label config XML")
+        if xml in configs:
+            configs.move_to_end(xml)
+            return configs[xml]
+        try:
+            config = schema_from_config(xml, file=f"the request's {field!r}")
+        except SourceError as exc:  # InterchangeError names the tag diffjev cannot hold
+            raise BackendError(str(exc)) from None
+        configs[xml] = config
+        while len(configs) > CONFIGS_KEPT:
+            configs.popitem(last=False)
+        return config
+
+    async def json_body(request: Request) -> dict[str, Any]:
+        try:
+            body = await request.json()
+        except ValueError:
+            raise BackendError("the request body is not JSON") from None
+        if not isinstance(body, dict):
+            raise BackendError("the request body must be a JSON object")
+        return body
+
+    def task_text(config: LabelConfig, task: Any, n: int) -> tuple[str | None, str | None]:
+        """The task's text, or None and why not."""
+        where = _task_where(task, n)
+        field = config.text_field
+        data = task.get("data") if isinstance(task, dict) else None
+        if not isinstance(data, dict):
+            return None, f"{where}: field 'data': the task has no data object"
+        text = data.get(field)
+        if not isinstance(text, str) or not text.strip():
+            return None, (
+                f"{where}: field 'data.{field}': no text to read (the label config reads ${field}); "
+                f"add the text under data.{field}"
+            )
+        if len(text) > text_cap:
+            return None, (
+                f"{where}: field 'data.{field}': the text has {len(text)} characters, more than the "
+                f"{text_cap} diffjev reads (DIFFJEV_MAX_ITEM_CHARS); shorten or split it"
+            )
+        return text, None
+
+    def predict(config: LabelConfig, tasks: list[Any]) -> list[dict[str, Any]]:
+        texts: dict[int, str] = {}
+        results: list[dict[str, Any] | None] = []
+        for n, task in enumerate(tasks):
+            text, problem = task_text(config, task, n)
+            if problem is not None:
+                results.append({"result": [], "score": None, "model_version": model_version, "error": problem})
+            else:
+                texts[n] = text
+                results.append(None)
+        if texts:
+            order = list(texts)
+            try:
+                with engine_lock:
+                    decisions = list(read_many(config.schema, [texts[n] for n in order], engine, seed=seed))
+            except EngineError as exc:
+                raise BackendError(f"the engine could not read: {exc}", 502) from None
+            for n, decision in zip(order, decisions):
+                results[n] = task_predictions(config, model_answers(decision), model_version, texts[n])
+        return results  # type: ignore[return-value]  # every slot is filled above
+
+    @app.get("/")
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "UP", "model_class": MODEL_CLASS, "model_version": model_version}
+
+    @app.get("/metrics")
+    async def metrics() -> dict[str, Any]:
+        return {}
+
+    @app.get("/versions")
+    async def versions() -> dict[str, Any]:
+        return {"versions": [model_version], "model_version": model_version}
+
+    @app.post("/setup")
+    async def setup(request: Request) -> dict[str, Any]:
+        body = await json_body(request)
+        label_config(body.get("schema"), "schema")
+        return {"model_version": model_version}
+
+    @app.post("/predict")
+    async def predict_route(request: Request) -> dict[str, Any]:
+        body = await json_body(request)
+        tasks = body.get("tasks")
+        if not isinstance(tasks, list):
+            raise BackendError("field 'tasks': give a list of tasks, each with its 'data'")
+        if len(tasks) > max_tasks:
+            raise BackendError(
+                f"field 'tasks': {len(tasks)} tasks in one request, more than this backend's {max_tasks} "
+                f"(serve-ls-backend --max-tasks); send fewer at a time",
+                413,
+            )
+        config = label_config(body.get("label_config"), "label_config")
+        return {"results": await run_in_threadpool(predict, config, tasks)}
+
+    @app.post("/webhook")
+    async def webhook(request: Request) -> dict[str, Any]:
+        body = await json_body(request)
+        return {"status": "ignored", "action": body.get("action"), "detail": "diffjev does not train from events"}
+
+    return app

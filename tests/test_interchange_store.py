@@ -1,0 +1,119 @@
+"""A whole project moved out and in through diffjev's own Bundle: every annotator's answer (with its status,
+source, spans and skip record), every run's distributions and skips, in one transaction per file; a file
+that does not fit is refused whole, naming the record and the field."""
+
+import dataclasses
+
+import pytest
+from sqlalchemy import func, select
+
+from diffjev.formats.bundle import HumanAnswer, InterchangeError, ModelAnswer, SpanMark
+from diffjev.services.interchange import import_bundle, project_bundle
+from interchange_fixtures import TEXTS, comparable, full_project
+from storage.db import Database
+from storage.models import Item, Response, Run, Suggestion
+
+
+@pytest.fixture
+def source(tmp_path, dgemma_engine):
+    return full_project(tmp_path / "source.db", dgemma_engine)
+
+
+def counts(db):
+    with db.read() as session:
+        return tuple(session.scalar(select(func.count()).select_from(t)) for t in (Item, Response, Suggestion, Run))
+
+
+def test_a_project_read_out_holds_every_answer_run_span_and_skip(source):
+    bundle = project_bundle(source, "tickets")
+    assert [r.external_id for r in bundle.records] == ["t1", "t2", "t3"]
+    first = bundle.records[0]
+    assert first.fields == {"channel": "mail"}
+    by = {(a.annotator, a.question): a for a in first.answers}
+    assert by["alice", "urgent"].value == "yes" and by["bob", "urgent"].value == "no"
+    assert by["alice", "calm"].status == "not_asked" and by["alice", "calm"].skipped["because"] == "urgent"
+    assert [(s.start, s.end, s.text) for s in by["alice", "parts"].spans] == [
+        (TEXTS[0].index("screen"), TEXTS[0].index("screen") + 6, "screen"),
+        (TEXTS[0].index("hinge"), TEXTS[0].index("hinge") + 5, "hinge"),
+    ]
+    assert {a.status for a in bundle.records[2].answers if a.annotator == "carol"} == {"skipped"}
+    (run,) = bundle.runs
+    predicted = {m.question: m for m in first.predictions[run]}
+    assert abs(sum(predicted["team"].distribution.values()) - 1) < 1e-6
+    assert predicted["product"].distribution == {} and predicted["product"].spans is not None
+    assert first.model_skipped[run]  # the tiny model answered urgent one way: one of outage/calm was not read
+
+
+def test_a_bundle_stored_in_a_new_project_reads_back_the_same(source, tmp_path):
+    bundle = project_bundle(source, "tickets")
+    target = Database(tmp_path / "target.db")
+    report = import_bundle(target, "moved", bundle, "importer")
+    assert (report.created, report.items, report.duplicates, report.runs) == (True, 3, 0, 1)
+    assert comparable(project_bundle(target, "moved")) == comparable(bundle)
+    again = import_bundle(target, "moved", bundle, "importer")  # the same file twice adds nothing
+    assert (again.created, again.items, again.duplicates) == (False, 0, 3)
+    assert counts(target) == counts(target) and comparable(project_bundle(target, "moved")) == comparable(bundle)
+    with target.read() as session:
+        assert session.scalar(select(func.count()).select_from(Run)) == 1
+
+
+def test_one_bad_record_in_the_middle_stores_nothing_and_names_it(source, tmp_path):
+    bundle = project_bundle(source, "tickets")
+    bundle.source = "export.json"
+    bad = bundle.records[1]
+    bad.where = "task 2"
+    bad.answers.append(HumanAnswer("team", "dave", "legal"))
+    target = Database(tmp_path / "target.db")
+    with pytest.raises(InterchangeError) as refused:
+        import_bundle(target, "moved", bundle, "importer")
+    message = str(refused.value)
+    assert message.startswith("export.json: task 2: field 'team':") and "'legal'" in message and "billing" in message
+    assert "\n" not in message
+    with target.read() as session:
+        assert session.scalar(select(func.count()).select_from(Item)) == 0
+        assert session.scalar(select(func.count()).select_from(Response)) == 0
+
+
+@pytest.mark.parametrize(
+    "spoil, field, said",
+    [
+        (
+            lambda r: r.answers.append(HumanAnswer("parts", "dave", None, spans=(SpanMark(0, 3, "xyz"),))),
+            "parts",
+            "is not that text",
+        ),
+        (lambda r: r.answers.append(HumanAnswer("nope", "dave", "yes")), "nope", "no such question"),
+        (
+            lambda r: r.predictions.setdefault("m", []).append(
+                ModelAnswer("team", "tech", {"tech": 0.5, "hr": 0.5}, 0.5)
+            ),
+            "team",
+            "'hr'",
+        ),
+        (
+            lambda r: r.predictions.setdefault("m", []).append(ModelAnswer("urgent", "yes", {"yes": 1.0}, 1.7)),
+            "urgent",
+            "confidence",
+        ),
+        (lambda r: setattr(r, "text", "  "), "text", "no text"),
+    ],
+)
+def test_each_kind_of_bad_record_is_one_line_naming_the_field(source, tmp_path, spoil, field, said):
+    bundle = project_bundle(source, "tickets")
+    bundle.source = "f.json"
+    spoil(bundle.records[2])
+    with pytest.raises(InterchangeError) as refused:
+        import_bundle(Database(tmp_path / "t.db"), "moved", bundle, "importer")
+    assert refused.value.field == field and said in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_an_existing_project_takes_a_file_only_with_its_own_questions(source, tmp_path):
+    bundle = project_bundle(source, "tickets")
+    target = Database(tmp_path / "target.db")
+    import_bundle(target, "moved", bundle, "importer")
+    changed = dataclasses.replace(bundle.schema.questions[3], alternatives=bundle.schema.questions[3].alternatives[:2])
+    bundle.schema = dataclasses.replace(
+        bundle.schema, questions=(*bundle.schema.questions[:3], changed, *bundle.schema.questions[4:])
+    )
+    with pytest.raises(InterchangeError, match="field 'team': project 'moved' asks it as a choice question"):
+        import_bundle(target, "moved", bundle, "importer")
