@@ -5,7 +5,10 @@ diffjev's reader.
 It creates a project whose config holds a single <Choices>, a <Choices choice="multiple">, a <Rating>
 and <Labels> over one <Text>, imports five tasks, has two people annotate them (one skips a task),
 adds predictions from two model versions with their scores, and downloads the project's "JSON"
-export through the REST API. The config goes beside it as label_config.xml.
+export through the REST API twice: ls_export.json from an export snapshot asked for full bodies
+(predictions with their results, annotators with their email), and ls_export_button.json as the
+Export button gives it (GET /api/projects/<id>/export), which lists predictions by id only and
+annotators by user id. The config goes beside them as label_config.xml.
 
 To run it again (about two minutes; nothing here is part of diffjev's install):
 
