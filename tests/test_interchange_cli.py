@@ -1,0 +1,133 @@
+"""Moving a project between tools from the command line, through storage: a Label Studio export and an
+Argilla dataset made with those tools' own code import with answers and predictions intact; a diffjev
+project exported for either tool and imported back keeps every answer, annotator, distribution, span and
+skip; a file with one bad task in the middle stores nothing and says where in one line."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from diffjev.services.interchange import project_bundle
+from interchange_fixtures import comparable, full_project
+from storage.db import Database
+from storage.models import Item, Response
+
+DATA = Path(__file__).parent / "data"
+LS_EXPORT = DATA / "labelstudio" / "export.json"
+LS_CONFIG = DATA / "labelstudio" / "label_config.xml"
+ARGILLA = DATA / "argilla" / "support_tickets"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "diffjev.cli", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_a_label_studio_export_imports_with_its_annotators_and_predictions(tmp_path):
+    db_path = tmp_path / "ls.db"
+    done = cli("import-project", "--db", str(db_path), "--project", "from-ls", "--from", "labelstudio")
+    assert done.returncode == 2 and "source" in done.stderr  # the export is required
+    done = cli(
+        "import-project",
+        "--db",
+        str(db_path),
+        "--project",
+        "from-ls",
+        "--from",
+        "labelstudio",
+        str(LS_EXPORT),
+        "--config",
+        str(LS_CONFIG),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "created project 'from-ls': 3 items" in done.stdout
+    tasks = json.loads(LS_EXPORT.read_text())
+    bundle = project_bundle(Database(db_path), "from-ls")
+    assert {q.id for q in bundle.schema.questions} >= {"sentiment", "urgency"}
+    by_task = {r.external_id: r for r in bundle.records}
+    for task in tasks:
+        record = by_task[str(task["id"])]
+        assert record.text == task["data"]["text"]
+        people = {a.annotator for a in record.answers}
+        assert len(people) == len(task["annotations"])
+        for annotation in task["annotations"]:
+            for result in annotation["result"]:
+                if result["from_name"] == "sentiment":
+                    who = annotation["completed_by"]
+                    name = who["email"] if isinstance(who, dict) else f"ls-user-{who}"
+                    (given,) = [a for a in record.answers if a.question == "sentiment" and a.annotator == name]
+                    assert given.value == result["value"]["choices"][0]
+        versions = {p["model_version"] for p in task.get("predictions", [])}
+        assert {bundle.runs[key].model for key in record.predictions} == versions
+        for prediction in task.get("predictions", []):
+            (key,) = [k for k in record.predictions if bundle.runs[k].model == prediction["model_version"]]
+            for answer in record.predictions[key]:
+                assert abs(sum(answer.distribution.values()) - 1) < 1e-6 or answer.spans is not None
+
+
+def test_an_argilla_dataset_imports_with_its_responses_and_suggestions(tmp_path):
+    db_path = tmp_path / "ar.db"
+    done = cli("import-project", "--db", str(db_path), "--project", "from-argilla", "--from", "argilla", str(ARGILLA))
+    assert done.returncode == 0, done.stderr
+    records = json.loads((ARGILLA / "records.json").read_text())
+    bundle = project_bundle(Database(db_path), "from-argilla")
+    assert len(bundle.records) == len(records)
+    answered = sum(len(r.get("responses") or {}) > 0 for r in records)
+    assert sum(bool(r.answers) for r in bundle.records) == answered
+    assert any(r.predictions for r in bundle.records)
+    agents = {
+        s["agent"]
+        for r in records
+        for s in (r.get("suggestions") or {}).values()
+        if isinstance(s, dict) and s.get("agent")
+    }
+    assert {run.model for run in bundle.runs.values()} == agents
+
+
+@pytest.mark.parametrize("fmt, out", [("labelstudio", "tasks.json"), ("argilla", "dataset")])
+def test_a_project_exported_for_the_tool_and_imported_back_keeps_everything(tmp_path, dgemma_engine, fmt, out):
+    source = tmp_path / "source.db"
+    full_project(source, dgemma_engine).engine.dispose()
+    target = tmp_path / out
+    done = cli("export", "--db", str(source), "--project", "tickets", "--format", fmt, "--out", str(target), "--all")
+    assert done.returncode == 0, done.stderr
+    assert "wrote 3 items" in done.stdout
+    back = tmp_path / "back.db"
+    done = cli("import-project", "--db", str(back), "--project", "back", "--from", fmt, str(target))
+    assert done.returncode == 0, done.stderr
+    assert comparable(project_bundle(Database(back), "back")) == comparable(project_bundle(Database(source), "tickets"))
+
+
+def test_one_bad_task_in_the_middle_of_a_large_export_stores_nothing_and_is_named(tmp_path):
+    tasks = json.loads(LS_EXPORT.read_text())
+    many = []
+    for n in range(600):
+        task = json.loads(json.dumps(tasks[n % len(tasks)]))
+        task["id"] = 1000 + n
+        many.append(task)
+    many[300]["annotations"][0]["result"][0]["value"]["choices"] = ["furious"]
+    spoiled = tmp_path / "big.json"
+    spoiled.write_text(json.dumps(many))
+    db_path = tmp_path / "big.db"
+    done = cli(
+        "import-project",
+        "--db",
+        str(db_path),
+        "--project",
+        "big",
+        "--from",
+        "labelstudio",
+        str(spoiled),
+        "--config",
+        str(LS_CONFIG),
+    )
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert "big.json" in line and "1300" in line and "furious" in line, line
+    if db_path.exists():
+        with Database(db_path).read() as session:
+            assert session.scalar(select(func.count()).select_from(Item)) == 0
+            assert session.scalar(select(func.count()).select_from(Response)) == 0
