@@ -451,13 +451,14 @@ def _model_out(suggestion, question: Question, text: str) -> ModelAnswer:
 
 # Files ------------------------------------------------------------------------------------------------------
 
-IMPORT_FORMATS = ("labelstudio", "argilla")
+IMPORT_FORMATS = ("labelstudio", "argilla", "hf")
 EXPORT_FORMATS = ("labelstudio", "argilla")
 
 
 def read_file(fmt: str, source: str | os.PathLike, config: str | os.PathLike | None = None) -> Bundle:
     """Another tool's file as a Bundle: a Label Studio JSON export (with its labeling config), an Argilla
-    dataset folder as `Dataset.to_disk` writes it."""
+    dataset folder as `Dataset.to_disk` writes it, or a Hugging Face dataset diffjev exported (its folder,
+    or its Hub name)."""
     if fmt == "labelstudio":
         from diffjev.formats.labelstudio import read_labelstudio
 
@@ -468,6 +469,10 @@ def read_file(fmt: str, source: str | os.PathLike, config: str | os.PathLike | N
         from diffjev.formats.argilla import read_argilla
 
         return read_argilla(source)
+    if fmt == "hf":
+        from diffjev.formats.hub import read_diffjev_export
+
+        return read_diffjev_export(source)
     raise SourceError(f"unknown format {fmt!r}; use one of {', '.join(IMPORT_FORMATS)}")
 
 
