@@ -187,3 +187,24 @@ def test_an_export_made_by_a_running_label_studio_imports_every_answer_and_predi
     assert {run.model for run in bundle.runs.values()} == {
         p["model_version"] for task in tasks for p in task["predictions"]
     }
+
+
+def test_the_export_buttons_quick_form_is_refused_with_the_way_to_a_full_export(tmp_path):
+    live = DATA / "labelstudio" / "live"
+    db_path = tmp_path / "button.db"
+    done = cli(
+        "import-project",
+        "--db",
+        str(db_path),
+        "--project",
+        "button",
+        "--from",
+        "labelstudio",
+        str(live / "ls_export_button.json"),
+        "--config",
+        str(live / "label_config.xml"),
+    )
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert "ls_export_button.json" in line and "field 'predictions'" in line and "id only" in line, line
+    assert "only_id false" in line

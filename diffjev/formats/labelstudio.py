@@ -867,6 +867,13 @@ def _read_task(config: LabelConfig, task: Any, n: int, file: str, runs: dict[str
     if not isinstance(predictions, list):
         raise bad("predictions", "predictions is a list")
     for prediction in predictions:
+        if isinstance(prediction, int) and not isinstance(prediction, bool):
+            raise bad(
+                "predictions",
+                f"the export lists prediction {prediction} by its id only (the Export button's quick JSON); export "
+                "again with full bodies: an export snapshot (POST /api/projects/<id>/exports with "
+                "serialization_options.predictions.only_id false; scripts/interchange/README.md shows how)",
+            )
         if not isinstance(prediction, Mapping):
             raise bad("predictions", "a prediction is an object")
         key = str(prediction.get("model_version") or "labelstudio")
