@@ -189,7 +189,9 @@ def test_an_export_made_by_a_running_label_studio_imports_every_answer_and_predi
     }
 
 
-def test_the_export_buttons_quick_form_is_refused_with_the_way_to_a_full_export(tmp_path):
+def test_the_export_buttons_quick_form_imports_its_answers_and_says_how_to_bring_the_predictions(tmp_path):
+    """The Export button's JSON lists predictions by id only: the answers import, and the summary says what
+    was not taken and how to export it in full (a second import adds only what is new)."""
     live = DATA / "labelstudio" / "live"
     db_path = tmp_path / "button.db"
     done = cli(
@@ -204,7 +206,26 @@ def test_the_export_buttons_quick_form_is_refused_with_the_way_to_a_full_export(
         "--config",
         str(live / "label_config.xml"),
     )
-    assert done.returncode == 2
-    (line,) = done.stderr.strip().splitlines()
-    assert "ls_export_button.json" in line and "field 'predictions'" in line and "id only" in line, line
-    assert "only_id false" in line
+    assert done.returncode == 0, done.stderr
+    tasks = json.loads((live / "ls_export_button.json").read_text())
+    listed = sum(len(task["predictions"]) for task in tasks)
+    assert f"note: {listed} predictions were listed by id only" in done.stdout and "only_id false" in done.stdout
+    bundle = project_bundle(Database(db_path), "button")
+    assert not bundle.runs
+    people = {a.annotator for r in bundle.records for a in r.answers}
+    assert people == {f"ls-user-{a['completed_by']}" for task in tasks for a in task["annotations"]}
+    done = cli(
+        "import-project",
+        "--db",
+        str(db_path),
+        "--project",
+        "button",
+        "--from",
+        "labelstudio",
+        str(live / "ls_export.json"),
+        "--config",
+        str(live / "label_config.xml"),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "0 items (5 already there)" in done.stdout
+    assert len(project_bundle(Database(db_path), "button").runs) == 2

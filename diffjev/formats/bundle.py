@@ -102,3 +102,4 @@ class Bundle:
     runs: dict[str, RunInfo] = field(default_factory=dict)
     text_field: str = "text"
     source: str = ""  # the file it came from, for messages and the import's listing
+    notes: list[str] = field(default_factory=list)  # what the file held that was not taken, said after the import

@@ -823,7 +823,20 @@ def read_labelstudio(export_path: str | Path, config_path: str | Path | None = N
         raise InterchangeError(file, None, None, "a Label Studio JSON export is a list of tasks")
     runs: dict[str, RunInfo] = {}
     records = [_read_task(config, task, n, file, runs) for n, task in enumerate(tasks)]
-    return Bundle(config.schema, records, runs, config.text_field, file)
+    bundle = Bundle(config.schema, records, runs, config.text_field, file)
+    by_id = sum(
+        isinstance(p, int) and not isinstance(p, bool)
+        for task in tasks
+        if isinstance(task, Mapping) and isinstance(task.get("predictions"), list)
+        for p in task["predictions"]
+    )
+    if by_id:
+        bundle.notes.append(
+            f"{by_id} predictions were listed by id only (the Export button's quick JSON) and were not imported; "
+            "to bring them, export a snapshot with full bodies (POST /api/projects/<id>/exports with "
+            "serialization_options.predictions.only_id false) and import it again: nothing is added twice"
+        )
+    return bundle
 
 
 def _read_task(config: LabelConfig, task: Any, n: int, file: str, runs: dict[str, RunInfo]) -> Record:
@@ -868,12 +881,7 @@ def _read_task(config: LabelConfig, task: Any, n: int, file: str, runs: dict[str
         raise bad("predictions", "predictions is a list")
     for prediction in predictions:
         if isinstance(prediction, int) and not isinstance(prediction, bool):
-            raise bad(
-                "predictions",
-                f"the export lists prediction {prediction} by its id only (the Export button's quick JSON); export "
-                "again with full bodies: an export snapshot (POST /api/projects/<id>/exports with "
-                "serialization_options.predictions.only_id false; scripts/interchange/README.md shows how)",
-            )
+            continue  # listed by id only (the Export button's quick JSON): counted and said by read_labelstudio
         if not isinstance(prediction, Mapping):
             raise bad("predictions", "a prediction is an object")
         key = str(prediction.get("model_version") or "labelstudio")

@@ -46,13 +46,15 @@ class BundleReport:
     answers: int
     runs: int
     suggestions: int
+    notes: tuple[str, ...] = ()  # what the file held that was not taken, and how to bring it
 
     def summary(self) -> str:
         made = "created" if self.created else "added to"
-        return (
+        said = (
             f"{made} project {self.project!r}: {self.items} items ({self.duplicates} already there), "
             f"{self.answers} answers, {self.suggestions} suggestions in {self.runs} runs"
         )
+        return "\n".join([said, *(f"note: {note}" for note in self.notes)])
 
 
 # In ---------------------------------------------------------------------------------------------------------
@@ -102,7 +104,9 @@ def import_bundle(db: Database, project_name: str, bundle: Bundle, actor: str) -
             runs=len(bundle.runs),
             suggestions=suggestions,
         )
-        return BundleReport(project_name, created, added, duplicates, answers, len(bundle.runs), suggestions)
+        return BundleReport(
+            project_name, created, added, duplicates, answers, len(bundle.runs), suggestions, tuple(bundle.notes)
+        )
 
     return db.write(work)
 
