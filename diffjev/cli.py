@@ -8,6 +8,7 @@ exit status 2, never a traceback.
                  [--no-csv-escape]
   diffjev import-project --from labelstudio export.json --config label_config.xml --project tickets
   diffjev import-project --from argilla dataset_folder --project tickets
+  diffjev import-project --from hf exported_folder_or_hub_name --project tickets
   diffjev export --project tickets --format labelstudio|argilla --out PATH
   diffjev stats --project tickets
   diffjev read --schema schema.json "some text" ...          (no database: print decisions as JSON lines)
@@ -516,12 +517,16 @@ def parser() -> argparse.ArgumentParser:
     p = command(
         "import-project",
         cmd_import_project,
-        "import a Label Studio export or an Argilla dataset: its questions, items, people's answers and "
-        "model suggestions, in one transaction (a new project, or one asking the same questions)",
+        "import a Label Studio export, an Argilla dataset or a diffjev Hub export: its questions, items, people's "
+        "answers and model suggestions, in one transaction (a new project, or one asking the same questions)",
     )
     p.add_argument("--project", required=True, help="the project to make (or add to)")
-    p.add_argument("--from", dest="source_format", required=True, choices=("labelstudio", "argilla"))
-    p.add_argument("source", help="labelstudio: the JSON export file; argilla: the folder Dataset.to_disk wrote")
+    p.add_argument("--from", dest="source_format", required=True, choices=("labelstudio", "argilla", "hf"))
+    p.add_argument(
+        "source",
+        help="labelstudio: the JSON export file; argilla: the folder Dataset.to_disk wrote; hf: a dataset "
+        "`diffjev export --format hf` wrote (its folder, or its Hub name)",
+    )
     p.add_argument(
         "--config",
         help="labelstudio: the project's labeling config (XML; default: <export name>.label_config.xml beside it)",

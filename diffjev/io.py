@@ -668,13 +668,18 @@ def write_export(
     arrow_schema: Any,
     on_batch: Callable[[int], None] | None = None,
     csv_escape: bool = True,
+    finish: Callable[[Path], None] | None = None,
 ) -> int:
     """Write column batches ({column: values}, in `arrow_schema`'s column order) to `target` atomically;
-    returns the number of records. Columns, not records: a batch goes to Arrow with no per-row work."""
+    returns the number of records. Columns, not records: a batch goes to Arrow with no per-row work.
+    `finish` (hf only) adds files to the dataset folder once its rows are written, before it is moved
+    into place: a dataset card that describes the rows goes in with them or not at all."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if finish is not None and fmt != "hf":
+        raise ValueError("only the hf format is a folder that other files can join")
     try:
-        return _write_export(batches, target, fmt, arrow_schema, on_batch, csv_escape)
+        return _write_export(batches, target, fmt, arrow_schema, on_batch, csv_escape, finish)
     except OSError as exc:
         raise _export_error(exc, target) from None
 
@@ -714,6 +719,7 @@ def _write_export(
     arrow_schema: Any,
     on_batch: Callable[[int], None] | None,
     csv_escape: bool,
+    finish: Callable[[Path], None] | None = None,
 ) -> int:
     names = list(arrow_schema.names)
     count = 0
@@ -753,4 +759,6 @@ def _write_export(
                 for child in (temp / "dataset").iterdir():
                     os.replace(child, temp / child.name)
                 (temp / "dataset").rmdir()
+                if finish is not None:
+                    finish(temp)
     return count

@@ -1262,7 +1262,8 @@ def export_page(
     fields_as_text: bool,
 ) -> list[Any]:
     """The next items in id order, each as one flat row: (id, external_id, text, fields), then per question
-    the run's (answer, confidence, distribution as JSON text, run id); with no run, each item's current
+    the run's (answer, confidence, distribution as JSON text, run id, detail as JSON text: a span answer's
+    spans with their confidences); with no run, each item's current
     suggestion (the latest run that read it). `fields` comes as stored JSON text if
     asked, which spares decoding it for a file that holds it as text."""
     query = select(
@@ -1272,7 +1273,7 @@ def export_page(
         s = aliased(Suggestion)
         query = query.outerjoin(
             s, and_(s.item_id == Item.id, of_run(run_id, s), s.question_id == question_id)
-        ).add_columns(s.answer, s.confidence, cast(s.distribution, Text), s.run_id)
+        ).add_columns(s.answer, s.confidence, cast(s.distribution, Text), s.run_id, cast(s.detail, Text))
     return list(session.connection().execute(query.order_by(Item.id).limit(limit)))
 
 
@@ -1290,6 +1291,27 @@ def responses_for(
     if annotator is not None:
         query = query.where(Response.annotator == annotator)
     return list(session.connection().execute(query.order_by(Response.updated_at, Response.id)))
+
+
+def every_answer_for(
+    session: Session, first_item: int, last_item: int, question_ids: Sequence[int], annotator: str | None = None
+) -> list[Any]:
+    """(item_id, question_id, value, annotator, source, status, seconds, detail) of every response to these
+    questions for items in an id range, whatever its status (submitted, skipped, draft, not_asked), oldest
+    first: what an export that is to be imported back must hold."""
+    query = select(
+        Response.item_id,
+        Response.question_id,
+        Response.value,
+        Response.annotator,
+        Response.source,
+        Response.status,
+        Response.seconds,
+        Response.detail,
+    ).where(Response.item_id.between(first_item, last_item), Response.question_id.in_(question_ids))
+    if annotator is not None:
+        query = query.where(Response.annotator == annotator)
+    return list(session.execute(query.order_by(Response.updated_at, Response.id)))
 
 
 def not_asked_for(

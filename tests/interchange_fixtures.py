@@ -9,7 +9,7 @@ import pandas as pd
 
 from diffjev import Schema
 from diffjev.formats.bundle import Bundle
-from diffjev.services import annotation
+from diffjev.services import adjudication, annotation
 from diffjev.services.importing import import_items
 from diffjev.services.prelabel import prelabel
 from storage import repo
@@ -82,6 +82,8 @@ def full_project(path, engine, name: str = "tickets") -> Database:
         {"urgent": "no", "calm": "no", "team": "billing", "tone": "2", "product": "none", "parts": "none"},
         seconds=3.0,
     )
+    # dave, a reviewer, settles the first item's team (alice said tech, bob billing) with a comment
+    adjudication.adjudicate(db, name, "t1", "team", "tech", "dave", "the hinge is hardware <b>not</b> billing")
     # carol skips the third item
     third = annotation.next_item_card(db, name, "in_order", "carol")
     while third.text != TEXTS[2]:
@@ -112,6 +114,9 @@ def comparable(bundle: Bundle) -> dict:
             "answers": sorted(
                 (a.annotator, a.question, a.value, a.status, a.source, str(marks(a.spans)), str(a.skipped))
                 for a in record.answers
+            ),
+            "adjudications": sorted(
+                (a.question, a.reviewer, a.value, a.comment, str(marks(a.spans))) for a in record.adjudications
             ),
             "predictions": {
                 order.index(key): sorted(

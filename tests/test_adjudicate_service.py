@@ -199,9 +199,9 @@ def test_the_export_holds_the_adjudicated_label_and_every_answer_beside_it(db, t
     assert (t0["team"], t0["team_source"], t0["team_annotator"]) == ("billing", "adjudicated", "carol")
     assert (t0["team_adjudicated_by"], t0["team_comment"]) == ("carol", "invoice")
     assert t0["team_annotations"] == 2
-    assert t0["team_answers"] == [
-        {"annotator": "alice", "value": "billing", "source": "manual"},
-        {"annotator": "bob", "value": "technical", "source": "manual"},
+    assert [{k: a[k] for k in ("annotator", "value", "source", "status", "skipped")} for a in t0["team_answers"]] == [
+        {"annotator": "alice", "value": "billing", "source": "manual", "status": "submitted", "skipped": None},
+        {"annotator": "bob", "value": "technical", "source": "manual", "status": "submitted", "skipped": None},
     ]
     # t1 not adjudicated: the columns mean what they meant (the latest answer), nothing marked
     assert (t1["team"], t1["team_source"], t1["team_annotator"]) == ("billing", "manual", "bob")

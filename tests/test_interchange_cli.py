@@ -131,3 +131,101 @@ def test_one_bad_task_in_the_middle_of_a_large_export_stores_nothing_and_is_name
         with Database(db_path).read() as session:
             assert session.scalar(select(func.count()).select_from(Item)) == 0
             assert session.scalar(select(func.count()).select_from(Response)) == 0
+
+
+def test_an_export_made_by_a_running_label_studio_imports_every_answer_and_prediction(tmp_path):
+    """tests/data/labelstudio/live/ was written by Label Studio 1.23.2 itself (scripts/interchange/
+    make_labelstudio_export_live.py): two people's annotations, a skip, two model versions with scores."""
+    live = DATA / "labelstudio" / "live"
+    db_path = tmp_path / "live.db"
+    done = cli(
+        "import-project",
+        "--db",
+        str(db_path),
+        "--project",
+        "live",
+        "--from",
+        "labelstudio",
+        str(live / "ls_export.json"),
+        "--config",
+        str(live / "label_config.xml"),
+    )
+    assert done.returncode == 0, done.stderr
+    tasks = json.loads((live / "ls_export.json").read_text())
+    bundle = project_bundle(Database(db_path), "live")
+    by_task = {r.external_id: r for r in bundle.records}
+    assert len(by_task) == len(tasks)
+    for task in tasks:
+        record = by_task[str(task["id"])]
+        for annotation in task["annotations"]:
+            person = annotation["completed_by"]["email"]
+            given = {a.question: a for a in record.answers if a.annotator == person}
+            if annotation["was_cancelled"]:
+                assert given and {a.status for a in given.values()} == {"skipped"}
+                continue
+            for result in annotation["result"]:
+                value, name = result["value"], result["from_name"]
+                if name == "sentiment":
+                    assert given["sentiment"].value == value["choices"][0]
+                elif name == "urgency":
+                    assert given["urgency"].value == str(value["rating"])
+                elif name == "topics":
+                    for label in ("billing", "shipping", "product"):
+                        assert given[f"topics.{label}"].value == ("yes" if label in value["choices"] else "no")
+                elif name == "ner":
+                    (label,) = value["labels"]
+                    marks = [(s.start, s.end, s.text) for s in given[f"ner.{label}"].spans]
+                    assert (value["start"], value["end"], value["text"]) in marks
+        for prediction in task["predictions"]:
+            (key,) = [k for k, run in bundle.runs.items() if run.model == prediction["model_version"]]
+            predicted = {m.question: m for m in record.predictions[key]}
+            for result in prediction["result"]:
+                if result["from_name"] == "sentiment":
+                    chosen = predicted["sentiment"]
+                    assert chosen.answer == result["value"]["choices"][0]
+                    assert abs(chosen.confidence - result["score"]) < 1e-9  # the tool's own score, kept
+    assert {run.model for run in bundle.runs.values()} == {
+        p["model_version"] for task in tasks for p in task["predictions"]
+    }
+
+
+def test_the_export_buttons_quick_form_imports_its_answers_and_says_how_to_bring_the_predictions(tmp_path):
+    """The Export button's JSON lists predictions by id only: the answers import, and the summary says what
+    was not taken and how to export it in full (a second import adds only what is new)."""
+    live = DATA / "labelstudio" / "live"
+    db_path = tmp_path / "button.db"
+    done = cli(
+        "import-project",
+        "--db",
+        str(db_path),
+        "--project",
+        "button",
+        "--from",
+        "labelstudio",
+        str(live / "ls_export_button.json"),
+        "--config",
+        str(live / "label_config.xml"),
+    )
+    assert done.returncode == 0, done.stderr
+    tasks = json.loads((live / "ls_export_button.json").read_text())
+    listed = sum(len(task["predictions"]) for task in tasks)
+    assert f"note: {listed} predictions were listed by id only" in done.stdout and "only_id false" in done.stdout
+    bundle = project_bundle(Database(db_path), "button")
+    assert not bundle.runs
+    people = {a.annotator for r in bundle.records for a in r.answers}
+    assert people == {f"ls-user-{a['completed_by']}" for task in tasks for a in task["annotations"]}
+    done = cli(
+        "import-project",
+        "--db",
+        str(db_path),
+        "--project",
+        "button",
+        "--from",
+        "labelstudio",
+        str(live / "ls_export.json"),
+        "--config",
+        str(live / "label_config.xml"),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "0 items (5 already there)" in done.stdout
+    assert len(project_bundle(Database(db_path), "button").runs) == 2

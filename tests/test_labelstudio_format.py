@@ -375,8 +375,8 @@ def round_trip_bundle() -> Bundle:
         "ticket-7",
         {"channel": "email", "priority": 2},
         answers,
-        {"run-3": predictions},
-        {"run-3": {"team": skip}},
+        predictions={"run-3": predictions},
+        model_skipped={"run-3": {"team": skip}},
         where="record 1",
     )
     plain = Record("Nothing to see.", "8", {"channel": "chat", "priority": 1}, where="record 2")

@@ -18,9 +18,10 @@ discarded response is one with no value) and annotators are user ids (UUIDs). Wh
 that rides in the record's metadata under the key "diffjev" (undeclared metadata, which the settings allow
 with `allow_extra_metadata`, so it survives a trip through an Argilla server and back):
 every run's answers with their full distributions, model skips, each answer's status (skipped, draft,
-not_asked and why), source and time, and the annotators' names behind their user ids. The diffjev schema
-itself (kinds, criteria, staging) goes beside Argilla's files in `.argilla/diffjev.json`, which Argilla
-ignores; a folder without it is read from the settings alone.
+not_asked and why), source and time, the annotators' names behind their user ids, and each reviewer's
+adjudication (the settled answer, the reviewer and their comment: Argilla records have no such thing).
+The diffjev schema itself (kinds, criteria, staging) goes beside Argilla's files in `.argilla/diffjev.json`,
+which Argilla ignores; a folder without it is read from the settings alone.
 
 A suggestion read from Argilla alone becomes a distribution by one rule: the suggested answer gets the
 score and the other answers share the rest evenly (no score: the suggested answer gets 1). A multi-label
@@ -36,7 +37,16 @@ from pathlib import Path
 from typing import Any
 
 from diffjev.errors import SchemaError
-from diffjev.formats.bundle import Bundle, HumanAnswer, InterchangeError, ModelAnswer, Record, RunInfo, SpanMark
+from diffjev.formats.bundle import (
+    Adjudication,
+    Bundle,
+    HumanAnswer,
+    InterchangeError,
+    ModelAnswer,
+    Record,
+    RunInfo,
+    SpanMark,
+)
 from diffjev.io import atomic_path
 from diffjev.schema import Question, Schema
 from diffjev.spans import parse_span_value, span_value
@@ -286,7 +296,31 @@ def _read_record(
         current = [a for a in record.predictions.get(key, []) if a.question not in kept]
         record.predictions[key] = _in_order(current + list(kept.values()), targets)
     record.model_skipped = extras.get("model_skipped") or {}
+    settled = extras.get("adjudications") or []
+    if not isinstance(settled, list):
+        raise InterchangeError(file, where, f"metadata.{EXTRAS}.adjudications", "adjudications is a list")
+    record.adjudications = [_settled(raw, targets, file, where) for raw in settled]
     return record
+
+
+def _settled(raw: Any, targets: list[_Target], file: str, where: str) -> Adjudication:
+    """One adjudication as diffjev wrote it into the record's metadata."""
+    field = f"metadata.{EXTRAS}.adjudications"
+    if not isinstance(raw, dict) or not all(isinstance(raw.get(k), str) for k in ("question", "reviewer", "value")):
+        raise InterchangeError(file, where, field, "each adjudication is an object with question, reviewer and value")
+    if raw["question"] not in {t.qid for t in targets}:
+        raise InterchangeError(file, where, field, f"an adjudication of unknown question {raw['question']!r}")
+    spans = raw.get("spans")
+    try:
+        marks = None if spans is None else tuple(SpanMark(**m) for m in spans)
+    except TypeError:
+        raise InterchangeError(
+            file, where, field, f"the spans of {raw['reviewer']}'s adjudication are not {{start, end, text}}"
+        ) from None
+    comment = raw.get("comment")
+    return Adjudication(
+        raw["question"], raw["reviewer"], raw["value"], comment if isinstance(comment, str) else None, marks
+    )
 
 
 def _in_order(answers: list[ModelAnswer], targets: list[_Target]) -> list[ModelAnswer]:
@@ -612,6 +646,7 @@ def _record(bundle: Bundle, record: Record, groups: list[_Group]) -> dict[str, A
         ),
         ("predictions", predictions),
         ("model_skipped", record.model_skipped),
+        ("adjudications", [_settled_dict(a) for a in record.adjudications]),
     ):
         if value:
             extras[name] = value
@@ -666,6 +701,11 @@ def _suggestion(g: _Group, answers: list[ModelAnswer]) -> dict[str, Any] | None:
             spans.append(({"start": m.start, "end": m.end, "label": g.label(by_id[a.question])}, score))
     spans.sort(key=lambda s: (s[0]["start"], s[0]["end"]))
     return {"value": [s for s, _ in spans], "score": [c for _, c in spans]}
+
+
+def _settled_dict(a: Adjudication) -> dict[str, Any]:
+    spans = None if a.spans is None else [vars(m) for m in a.spans]
+    return {"question": a.question, "reviewer": a.reviewer, "value": a.value, "comment": a.comment, "spans": spans}
 
 
 def _answer_dict(a: ModelAnswer) -> dict[str, Any]:

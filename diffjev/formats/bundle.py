@@ -51,6 +51,18 @@ class HumanAnswer:
 
 
 @dataclass(frozen=True)
+class Adjudication:
+    """A reviewer's final answer to one question of the item, settling what the annotators gave: the label
+    an export gives. It needs a person's submitted answer to the question beside it."""
+
+    question: str
+    reviewer: str
+    value: str
+    comment: str | None = None
+    spans: tuple[SpanMark, ...] | None = None
+
+
+@dataclass(frozen=True)
 class ModelAnswer:
     question: str
     answer: str  # the top answer's name, or a span question's offsets
@@ -76,6 +88,7 @@ class Record:
     external_id: str | None
     fields: dict[str, Any] = field(default_factory=dict)
     answers: list[HumanAnswer] = field(default_factory=list)
+    adjudications: list[Adjudication] = field(default_factory=list)
     predictions: dict[str, list[ModelAnswer]] = field(default_factory=dict)  # run key -> its answers
     # run key -> {question: why it was not read}: a staged question the model's read skipped
     model_skipped: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
@@ -89,3 +102,4 @@ class Bundle:
     runs: dict[str, RunInfo] = field(default_factory=dict)
     text_field: str = "text"
     source: str = ""  # the file it came from, for messages and the import's listing
+    notes: list[str] = field(default_factory=list)  # what the file held that was not taken, said after the import

@@ -31,6 +31,14 @@ What Label Studio's results cannot hold (which person a numeric `completed_by` w
 staged question not asked, a span answer "none", a model's skipped reads, a run's engine) travels in the task's
 `meta` under the key "diffjev", which Label Studio keeps on import and writes back on export.
 
+A reviewer's adjudication (the answer that settles what the annotators gave, with the reviewer and their
+comment) travels in that meta too, under "adjudications"; Label Studio shows it nowhere, and diffjev marks no
+annotation as ground truth. Label Studio's own nearest notion is an annotation with `ground_truth: true`: in an
+export, each answer of a ground-truth annotation to a question that another annotator also answered becomes an
+adjudication by that annotation's author (with no comment: the export carries none), beside their answer; a
+ground-truth annotation nobody else answered beside is an answer like any other. Meta's adjudications come
+first: a ground-truth answer does not replace one.
+
 Reading needs the config: give it, or leave it beside the export as <stem>.label_config.xml (as
 `write_labelstudio` writes it). Label Studio's export does not carry the config.
 """
@@ -46,6 +54,7 @@ from typing import Any, Iterable, Mapping
 
 from diffjev.errors import SchemaError
 from diffjev.formats.bundle import (
+    Adjudication,
     Bundle,
     HumanAnswer,
     InterchangeError,
@@ -729,6 +738,34 @@ def _human_from(qid: str, annotator: str, raw: Mapping[str, Any]) -> HumanAnswer
     )
 
 
+def _settled_json(a: Adjudication) -> dict[str, Any]:
+    return {
+        "question": a.question,
+        "reviewer": a.reviewer,
+        "value": a.value,
+        "comment": a.comment,
+        "spans": _marks_json(a.spans),
+    }
+
+
+def _settled_from(config: LabelConfig, raw: Any, bad: Any) -> Adjudication:
+    field = f"meta.{META_KEY}.adjudications"
+    if not isinstance(raw, Mapping) or not all(isinstance(raw.get(k), str) for k in ("question", "reviewer", "value")):
+        raise bad(field, "each adjudication is an object with question, reviewer and value (text)")
+    if raw["question"] not in {q.id for q in config.schema.questions}:
+        raise bad(field, f"an adjudication of {raw['question']!r}, which the config asks no question for")
+    comment = raw.get("comment")
+    try:
+        spans = _marks_from(raw.get("spans"))
+    except (TypeError, ValueError):
+        raise bad(
+            field, f"the spans of {raw['reviewer']}'s adjudication are not [start, end, text, confidence]"
+        ) from None
+    return Adjudication(
+        raw["question"], raw["reviewer"], raw["value"], comment if isinstance(comment, str) else None, spans
+    )
+
+
 def _model_json(a: ModelAnswer) -> dict[str, Any]:
     return {
         "answer": a.answer,
@@ -786,7 +823,20 @@ def read_labelstudio(export_path: str | Path, config_path: str | Path | None = N
         raise InterchangeError(file, None, None, "a Label Studio JSON export is a list of tasks")
     runs: dict[str, RunInfo] = {}
     records = [_read_task(config, task, n, file, runs) for n, task in enumerate(tasks)]
-    return Bundle(config.schema, records, runs, config.text_field, file)
+    bundle = Bundle(config.schema, records, runs, config.text_field, file)
+    by_id = sum(
+        isinstance(p, int) and not isinstance(p, bool)
+        for task in tasks
+        if isinstance(task, Mapping) and isinstance(task.get("predictions"), list)
+        for p in task["predictions"]
+    )
+    if by_id:
+        bundle.notes.append(
+            f"{by_id} predictions were listed by id only (the Export button's quick JSON) and were not imported; "
+            "to bring them, export a snapshot with full bodies (POST /api/projects/<id>/exports with "
+            "serialization_options.predictions.only_id false) and import it again: nothing is added twice"
+        )
+    return bundle
 
 
 def _read_task(config: LabelConfig, task: Any, n: int, file: str, runs: dict[str, RunInfo]) -> Record:
@@ -815,12 +865,23 @@ def _read_task(config: LabelConfig, task: Any, n: int, file: str, runs: dict[str
         raise bad("annotations", "annotations is a list")
     kept = ours.get("annotations")
     kept = kept if isinstance(kept, list) and len(kept) == len(annotations) else [None] * len(annotations)
+    ground_truth: list[list[HumanAnswer]] = []
     for annotation, extra in zip(annotations, kept):
-        record.answers.extend(_read_annotation(config, annotation, extra, text, bad))
+        answers = _read_annotation(config, annotation, extra, text, bad)
+        record.answers.extend(answers)
+        if annotation.get("ground_truth") and not annotation.get("was_cancelled"):
+            ground_truth.append(answers)
+    settled = ours.get("adjudications") or []
+    if not isinstance(settled, list):
+        raise bad(f"meta.{META_KEY}.adjudications", "adjudications is a list")
+    record.adjudications = [_settled_from(config, raw, bad) for raw in settled]
+    record.adjudications += _ground_truth(record, ground_truth)
     predictions = task.get("predictions") or []
     if not isinstance(predictions, list):
         raise bad("predictions", "predictions is a list")
     for prediction in predictions:
+        if isinstance(prediction, int) and not isinstance(prediction, bool):
+            continue  # listed by id only (the Export button's quick JSON): counted and said by read_labelstudio
         if not isinstance(prediction, Mapping):
             raise bad("predictions", "a prediction is an object")
         key = str(prediction.get("model_version") or "labelstudio")
@@ -845,6 +906,27 @@ def _read_task(config: LabelConfig, task: Any, n: int, file: str, runs: dict[str
         if run_extra.get("skipped"):
             record.model_skipped[key] = dict(run_extra["skipped"])
     return record
+
+
+def _ground_truth(record: Record, ground_truth: list[list[HumanAnswer]]) -> list[Adjudication]:
+    """Label Studio's ground-truth annotations as adjudications, where they settle another annotator's answer
+    to the question and nothing settled it already."""
+    out: list[Adjudication] = []
+    settled = {a.question for a in record.adjudications}
+    for answers in ground_truth:
+        for answer in answers:
+            if answer.status != "submitted" or answer.value is None or answer.question in settled:
+                continue
+            others = any(
+                other.question == answer.question
+                and other.annotator != answer.annotator
+                and other.status == "submitted"
+                for other in record.answers
+            )
+            if others:
+                settled.add(answer.question)
+                out.append(Adjudication(answer.question, answer.annotator, answer.value, None, answer.spans))
+    return out
 
 
 def _annotator(annotation: Mapping[str, Any]) -> str:
@@ -961,6 +1043,11 @@ def _task(config: LabelConfig, bundle: Bundle, record: Record, n: int) -> dict[s
             predictions.append({"model_version": key, "result": [], "score": None})
             run_extra[key] = {"skipped": skipped}
     ours: dict[str, Any] = {"external_id": record.external_id, "annotations": kept}
+    for settled in record.adjudications:
+        if settled.question not in known:
+            raise bad(settled.question, "an adjudication of a question the schema does not have; add it to the schema")
+    if record.adjudications:
+        ours["adjudications"] = [_settled_json(a) for a in record.adjudications]
     if run_extra:
         ours["predictions"] = run_extra
     runs = {

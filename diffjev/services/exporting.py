@@ -46,9 +46,20 @@ ADJUDICATED = "adjudicated"  # the source of an answer a reviewer settled
 
 
 def _answer_type() -> Any:
+    """One person's answer in `q_answers`: what they gave, how (`source`), its `status` (submitted,
+    skipped, draft, not_asked), the seconds it took, and for a not_asked answer why it was not asked."""
     import pyarrow as pa
 
-    return pa.struct([("annotator", pa.string()), ("value", pa.string()), ("source", pa.string())])
+    return pa.struct(
+        [
+            ("annotator", pa.string()),
+            ("value", pa.string()),
+            ("source", pa.string()),
+            ("status", pa.string()),
+            ("seconds", pa.float64()),
+            ("skipped", _skip_type()),
+        ]
+    )
 
 
 def csv_escape_setting() -> bool:
@@ -61,6 +72,14 @@ def _span_type() -> Any:
     import pyarrow as pa
 
     return pa.list_(pa.struct([("start", pa.int64()), ("end", pa.int64()), ("text", pa.string())]))
+
+
+def _model_span_type() -> Any:
+    """The model's spans carry the confidence the read gave each one."""
+    import pyarrow as pa
+
+    fields = [("start", pa.int64()), ("end", pa.int64()), ("text", pa.string()), ("confidence", pa.float64())]
+    return pa.list_(pa.struct(fields))
 
 
 def _skip_type() -> Any:
@@ -80,7 +99,8 @@ def columns_and_schema(
 
     A span question (in `span_keys`) has no distribution over answer names; it has `q_spans` and
     `q_model_spans` instead: its label's and the model's spans, each `{start, end, text}` (code point
-    offsets into `text`, end exclusive, as Label Studio and spaCy count). A staged question (one with
+    offsets into `text`, end exclusive, as Label Studio and spaCy count; the model's with its
+    `confidence`). A staged question (one with
     `ask_if`) also has `<q>_skipped`: why it was not asked of the item, where it was not (its label is
     then empty). `image`: "bytes" or "path" for an image column."""
     import pyarrow as pa
@@ -104,7 +124,7 @@ def columns_and_schema(
             (f"{q}_source", pa.string()),
             (f"{q}_annotations", pa.int64()),
             (f"{q}_model", pa.string()),
-            *([(f"{q}_model_spans", _span_type())] if span else []),
+            *([(f"{q}_model_spans", _model_span_type())] if span else []),
             (f"{q}_confidence", pa.float64()),
             *([] if span else [(f"{q}_distribution", pa.struct([(n, pa.float64()) for n in names[q]]))]),
             (f"{q}_disputed", pa.bool_()),
@@ -256,6 +276,16 @@ def export_project(
     if staged:
         batches = _with_skips(db, schema.questions, question_rows, staged, annotator, batches)
     escape = csv_escape_setting() if csv_escape is None else csv_escape
+    finish = None
+    if fmt == "hf":  # its dataset card counts the rows as they are written and joins them in the folder
+        from diffjev.services.hub_card import LabelTally, export_card
+
+        tally = LabelTally(keys, span_kinds)
+        batches = tally.over(batches)
+
+        def finish(folder: Path) -> None:
+            export_card(db, project_name, schema, tally).save(folder / "README.md")
+
     if image == "path":  # the images' folder is moved into place with the export, or not at all
         folder = images_folder(target)
         with atomic_path(folder, directory=True) as partial:
@@ -264,7 +294,7 @@ def export_project(
     else:
         if image == "bytes":
             batches = _add_images(batches, db, project_id, None, "")
-        count = write_export(batches, target, fmt, arrow_schema, on_batch=progress, csv_escape=escape)
+        count = write_export(batches, target, fmt, arrow_schema, on_batch=progress, csv_escape=escape, finish=finish)
     if push_to_hub:
         _push(target, push_to_hub, token)
     with db.session() as session:
@@ -303,16 +333,24 @@ def _column_batches(
             if not rows:
                 return
             first, after = rows[0][0], rows[-1][0]
-            answers = repo.responses_for(session, first, after, question_ids, annotator)  # oldest first
+            answers = repo.every_answer_for(session, first, after, question_ids, annotator)  # oldest first
             settled = {
                 (item_id, key_of[question_id]): (value, reviewer, comment)
                 for item_id, question_id, value, reviewer, comment in repo.adjudications_for(
                     session, first, after, question_ids
                 )
             }
-        given: dict[tuple[int, str], list] = {}
-        for item_id, question_id, value, who, source in answers:
-            given.setdefault((item_id, key_of[question_id]), []).append((value, who, source))
+        given: dict[tuple[int, str], list] = {}  # submitted answers: the label and its agreement come from them
+        everyone: dict[tuple[int, str], list] = {}  # every answer, whatever its status, for `q_answers`
+        for item_id, question_id, value, who, source, status, seconds, detail in answers:
+            key = (item_id, key_of[question_id])
+            if status == "submitted":
+                given.setdefault(key, []).append((value, who, source))
+            skipped = (detail or {}).get("skipped") if status == "not_asked" else None
+            everyone.setdefault(key, []).append(
+                {"annotator": who, "value": value, "source": source, "status": status, "seconds": seconds}
+                | {"skipped": skipped}
+            )
         if reviewed_only:
             answered = {item_id for item_id, _ in given}
             rows = [r for r in rows if r[0] in answered]
@@ -320,7 +358,7 @@ def _column_batches(
                 continue
         columns = list(zip(*rows))  # transposed in C: one list per selected column
         # each row's run: the first question's that has a suggestion (one run reads all of them)
-        row_runs = [next((r for r in row[7::4] if r is not None), None) for row in rows]
+        row_runs = [next((r for r in row[7::5] if r is not None), None) for row in rows]
         batch: dict[str, list] = {
             "item_id": list(columns[0]),
             "external_id": list(columns[1]),
@@ -331,7 +369,7 @@ def _column_batches(
             "model": [runs[r][1] if r is not None else None for r in row_runs],
         }
         for k_index, k in enumerate(keys):
-            answer, confidence, distribution = columns[4 + 4 * k_index : 7 + 4 * k_index]
+            answer, confidence, distribution, _, detail = columns[4 + 5 * k_index : 9 + 5 * k_index]
             latest = [given.get((item_id, k)) for item_id in batch["item_id"]]
             final = [settled.get((item_id, k)) for item_id in batch["item_id"]]
             # the label: the adjudicated answer where there is one, else the latest answer
@@ -348,23 +386,32 @@ def _column_batches(
             ]
             batch[f"{k}_adjudicated_by"] = [f[1] if f else None for f in final]
             batch[f"{k}_comment"] = [f[2] if f else None for f in final]
-            batch[f"{k}_answers"] = [
-                [{"annotator": who, "value": value, "source": source} for value, who, source in g] if g else []
-                for g in latest
-            ]
+            batch[f"{k}_answers"] = [everyone.get((item_id, k), []) for item_id in batch["item_id"]]
+            batch[f"{k}_model_detail"] = [orjson.loads(d) if d is not None else None for d in detail]
         yield batch
 
 
 def _with_spans(batches: Iterator[dict[str, list]], span_kinds: dict[str, str]) -> Iterator[dict[str, list]]:
     """Each span question's label and model answer ("12-18,30-35", "none") as spans of the item text, and
-    no distribution column (a span answer has none)."""
+    no distribution column (a span answer has none). The model's spans are the read's own, with their
+    confidences, where the suggestion holds them."""
     for batch in batches:
         texts = batch["text"]
         for key, kind in span_kinds.items():
             batch[f"{key}_spans"] = [_spans(v, t, kind) for v, t in zip(batch[key], texts)]
-            batch[f"{key}_model_spans"] = [_spans(v, t, kind) for v, t in zip(batch[f"{key}_model"], texts)]
+            batch[f"{key}_model_spans"] = [
+                _model_spans(v, d, t, kind)
+                for v, d, t in zip(batch[f"{key}_model"], batch[f"{key}_model_detail"], texts)
+            ]
             batch.pop(f"{key}_distribution", None)
         yield batch
+
+
+def _model_spans(value: str | None, detail: dict[str, Any] | None, text: str, kind: str) -> list[dict] | None:
+    if detail and "spans" in detail:
+        return [{k: s.get(k) for k in ("start", "end", "text", "confidence")} for s in detail["spans"]]
+    spans = _spans(value, text, kind)
+    return None if spans is None else [{**s, "confidence": None} for s in spans]
 
 
 def _spans(value: str | None, text: str, kind: str) -> list[dict[str, Any]] | None:
@@ -419,5 +466,10 @@ def _push(target: str | os.PathLike, repo_id: str, token: str) -> None:
     if why is not None:
         raise SourceError(f"the export was written to {target}, but it cannot be pushed to {repo_id}: {why}")
     import datasets
+    from huggingface_hub import DatasetCard, HfApi
 
+    # The card goes up first: the dataset's push then adds its own metadata (features, files) to that card
+    # rather than writing a bare one over it.
+    HfApi(token=token).create_repo(repo_id, repo_type="dataset", exist_ok=True)
+    DatasetCard.load(Path(target) / "README.md").push_to_hub(repo_id, token=token)
     datasets.load_from_disk(str(target)).push_to_hub(repo_id, token=token)

@@ -16,7 +16,16 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from diffjev.decide import Answer, Decision, entropy
-from diffjev.formats.bundle import Bundle, HumanAnswer, InterchangeError, ModelAnswer, Record, RunInfo, SpanMark
+from diffjev.formats.bundle import (
+    Adjudication,
+    Bundle,
+    HumanAnswer,
+    InterchangeError,
+    ModelAnswer,
+    Record,
+    RunInfo,
+    SpanMark,
+)
 from diffjev.io import Row, SourceError
 from diffjev.schema import Question, Schema
 from diffjev.spans import Span, SpanAnswer, parse_span_value, span_value, spans_detail, spans_from_detail
@@ -37,13 +46,15 @@ class BundleReport:
     answers: int
     runs: int
     suggestions: int
+    notes: tuple[str, ...] = ()  # what the file held that was not taken, and how to bring it
 
     def summary(self) -> str:
         made = "created" if self.created else "added to"
-        return (
+        said = (
             f"{made} project {self.project!r}: {self.items} items ({self.duplicates} already there), "
             f"{self.answers} answers, {self.suggestions} suggestions in {self.runs} runs"
         )
+        return "\n".join([said, *(f"note: {note}" for note in self.notes)])
 
 
 # In ---------------------------------------------------------------------------------------------------------
@@ -73,6 +84,9 @@ def import_bundle(db: Database, project_name: str, bundle: Bundle, actor: str) -
             for answer in record.answers:
                 repo.respond(session, _response(answer, questions[answer.question], item_id, rows, record.text))
                 answers += 1
+            for settled in record.adjudications:
+                value = _settled_value(settled, questions[settled.question], record.text)
+                repo.adjudicate(session, item_id, rows[settled.question], value, settled.reviewer, settled.comment)
         suggestions = 0
         for key, info in bundle.runs.items():
             suggestions += _store_run(
@@ -90,7 +104,9 @@ def import_bundle(db: Database, project_name: str, bundle: Bundle, actor: str) -
             runs=len(bundle.runs),
             suggestions=suggestions,
         )
-        return BundleReport(project_name, created, added, duplicates, answers, len(bundle.runs), suggestions)
+        return BundleReport(
+            project_name, created, added, duplicates, answers, len(bundle.runs), suggestions, tuple(bundle.notes)
+        )
 
     return db.write(work)
 
@@ -125,6 +141,16 @@ def _checked(record: Record, questions: dict[str, Question], file: str) -> Row:
             _human_value(answer, question, record.text)
         except ValueError as exc:
             raise InterchangeError(file, where, answer.question, f"{answer.annotator}'s answer: {exc}") from None
+    for settled in record.adjudications:
+        question = _question(questions, settled.question, file, where)
+        if not any(a.question == settled.question and a.status == "submitted" for a in record.answers):
+            raise InterchangeError(
+                file, where, settled.question, f"{settled.reviewer}'s adjudication settles no annotator's answer"
+            )
+        try:
+            _settled_value(settled, question, record.text)
+        except ValueError as exc:
+            raise InterchangeError(file, where, settled.question, f"{settled.reviewer}'s adjudication: {exc}") from None
     for key, answers in record.predictions.items():
         for answer in answers:
             question = _question(questions, answer.question, file, where)
@@ -173,6 +199,12 @@ def _human_value(answer: HumanAnswer, question: Question, text: str) -> tuple[st
         spans = _spans(answer.spans, answer.value, question, text)
         return span_value(spans), spans_detail(spans)
     return question.type.human_value(question, answer.value, text), None
+
+
+def _settled_value(settled: Adjudication, question: Question, text: str) -> str:
+    if question.type.reads == "span":
+        return span_value(_spans(settled.spans, settled.value, question, text))
+    return question.type.human_value(question, settled.value, text)
 
 
 def _response(
@@ -342,6 +374,7 @@ def project_bundle(
             after = page[-1][0]
             ids = [item_id for item_id, *_ in page]
             responses = store.responses_of(session, ids, list(rows.values()))
+            settled = repo.adjudications_for(session, ids[0], ids[-1], list(rows.values()))
             suggestions = store.suggestions_of(session, ids, list(rows.values()), run_id)
             skipped = store.read_skips(session, ids, run_id)
         by_item: dict[int, Record] = {}
@@ -350,6 +383,14 @@ def project_bundle(
         for r in responses:
             question = kinds[key_of[r.question_id]]
             by_item[r.item_id].answers.append(_human_answer(r, question, by_item[r.item_id].text))
+        for item_id, question_id, value, reviewer, comment in settled:
+            question, record = kinds[key_of[question_id]], by_item[item_id]
+            spans = None
+            if question.type.reads == "span":
+                spans = tuple(
+                    SpanMark(s.start, s.end, s.text) for s in _stored_spans(value, None, question, record.text)
+                )
+            record.adjudications.append(Adjudication(question.id, reviewer, value, comment, spans))
         for s in suggestions:
             if s.run_id not in runs:
                 continue
@@ -414,13 +455,14 @@ def _model_out(suggestion, question: Question, text: str) -> ModelAnswer:
 
 # Files ------------------------------------------------------------------------------------------------------
 
-IMPORT_FORMATS = ("labelstudio", "argilla")
+IMPORT_FORMATS = ("labelstudio", "argilla", "hf")
 EXPORT_FORMATS = ("labelstudio", "argilla")
 
 
 def read_file(fmt: str, source: str | os.PathLike, config: str | os.PathLike | None = None) -> Bundle:
     """Another tool's file as a Bundle: a Label Studio JSON export (with its labeling config), an Argilla
-    dataset folder as `Dataset.to_disk` writes it."""
+    dataset folder as `Dataset.to_disk` writes it, or a Hugging Face dataset diffjev exported (its folder,
+    or its Hub name)."""
     if fmt == "labelstudio":
         from diffjev.formats.labelstudio import read_labelstudio
 
@@ -431,6 +473,10 @@ def read_file(fmt: str, source: str | os.PathLike, config: str | os.PathLike | N
         from diffjev.formats.argilla import read_argilla
 
         return read_argilla(source)
+    if fmt == "hf":
+        from diffjev.formats.hub import read_diffjev_export
+
+        return read_diffjev_export(source)
     raise SourceError(f"unknown format {fmt!r}; use one of {', '.join(IMPORT_FORMATS)}")
 
 
