@@ -74,14 +74,28 @@ def accuracy(probs, labels) -> float:
     return float((p.argmax(axis=1) == y).mean())
 
 
+def kappa(a, b, labels, weights: str | None = None) -> float:
+    """Cohen's kappa between two lists of answers; NaN where it is undefined (one answer on both sides),
+    without sklearn's warning on every such pair: the caller says what NaN means for it."""
+    import warnings
+
+    from sklearn.exceptions import UndefinedMetricWarning
+    from sklearn.metrics import cohen_kappa_score
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)  # 0/0 inside kappa, for the same case
+        return float(cohen_kappa_score(a, b, weights=weights, labels=labels))
+
+
 def score_errors(probs, labels) -> tuple[float, float]:
     """For ordered levels: mean absolute error and quadratic-weighted kappa of the top level."""
-    from sklearn.metrics import cohen_kappa_score, mean_absolute_error
+    from sklearn.metrics import mean_absolute_error
 
     p, y = _arrays(probs, labels)
     predicted = p.argmax(axis=1)
-    kappa = cohen_kappa_score(y, predicted, weights="quadratic", labels=list(range(p.shape[1])))
-    return float(mean_absolute_error(y, predicted)), float(np.nan_to_num(kappa, nan=1.0))
+    kappa_ = kappa(y, predicted, list(range(p.shape[1])), weights="quadratic")
+    return float(mean_absolute_error(y, predicted)), float(np.nan_to_num(kappa_, nan=1.0))
 
 
 class AcceptPoint(NamedTuple):

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from diffjev.calibration import kappa as calibration_kappa
 from diffjev.schema import Question, Schema
 from diffjev.services.annotation import is_span_question, project_question, project_schema, span_answer
 from diffjev.staging import skips
@@ -121,8 +122,6 @@ def agreement(db: Database, project_name: str) -> tuple[list[dict[str, Any]], li
     weighted for scores), and the items where they differ."""
     from itertools import combinations
 
-    from sklearn.metrics import cohen_kappa_score
-
     _, schema, rows, _ = project_schema(db, project_name)
     with db.read() as session:
         answers = session.execute(
@@ -151,7 +150,7 @@ def agreement(db: Database, project_name: str) -> tuple[list[dict[str, Any]], li
             x = [names.index(by_annotator[a][i]) for i in shared]
             y = [names.index(by_annotator[b][i]) for i in shared]
             weights = "quadratic" if q.type.ordinal else None
-            kappa = cohen_kappa_score(x, y, weights=weights, labels=list(range(len(names))))
+            kappa = calibration_kappa(x, y, list(range(len(names))), weights=weights)
             table.append(
                 {
                     "question": q.id,
