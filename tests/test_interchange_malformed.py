@@ -254,6 +254,29 @@ def test_a_lone_surrogate_in_a_task_text_is_refused_naming_the_task_and_its_data
     assert "write the whole surrogate pair or remove it" in message
 
 
+def test_a_lone_surrogate_anywhere_in_a_task_is_refused_naming_its_path(tmp_path):
+    def spoil(tasks: list[dict[str, Any]]) -> None:
+        tasks[0]["annotations"][0]["completed_by"]["email"] = "alice\ud800@example.com"
+
+    out, message = ls_refusal(tmp_path, spoil)
+    assert message == (
+        f"{out}: task 101: field 'annotations.0.completed_by.email': a lone surrogate escape (such as \\ud800) is "
+        "not valid Unicode; write the whole surrogate pair or remove it"
+    )
+
+
+def test_json_nested_thousands_deep_is_one_line_in_either_format(tmp_path):
+    deep = "[" * 5_000 + "]" * 5_000
+    out = ls_export(tmp_path, lambda tasks: None)
+    out.write_text(deep, encoding="utf-8")
+    with pytest.raises(InterchangeError, match=r"export\.json: nests lists or objects thousands deep"):
+        read_labelstudio(out)
+    folder = argilla_folder(tmp_path)
+    (folder / "records.json").write_text(deep, encoding="utf-8")
+    with pytest.raises(InterchangeError, match=r"records\.json: nests lists or objects thousands deep"):
+        read_argilla(folder)
+
+
 def test_a_config_nested_thousands_deep_is_refused_in_one_line():
     body = '<Text name="text" value="$text"/><Choices name="c" toName="text"><Choice value="a"/><Choice value="b"/>'
     deep = "<View>" * 5000 + body + "</Choices>" + "</View>" * 5000
@@ -364,6 +387,13 @@ def test_a_lone_surrogate_in_an_argilla_text_is_refused(tmp_path):
     folder = argilla_folder(tmp_path, lambda records: records[0]["fields"].update(text="a \ud800 b"))
     assert argilla_refusal(folder).startswith(
         f"{folder / 'records.json'}: record 'ticket-1': field 'fields.text': a lone surrogate escape"
+    )
+
+
+def test_a_lone_surrogate_in_an_argilla_metadata_value_is_refused_naming_its_path(tmp_path):
+    folder = argilla_folder(tmp_path, lambda records: records[1]["metadata"].update(channel="chat \udc00"))
+    assert argilla_refusal(folder).startswith(
+        f"{folder / 'records.json'}: record 'ticket-2': field 'metadata.channel': a lone surrogate escape"
     )
 
 

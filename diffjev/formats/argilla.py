@@ -102,6 +102,10 @@ def _load_json(path: Path, shape: type, what: str) -> Any:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise InterchangeError(str(path), None, None, f"not JSON ({e}); it should hold {what}") from None
+    except RecursionError:
+        raise InterchangeError(
+            str(path), None, None, f"nests lists or objects thousands deep; it should hold {what}"
+        ) from None
     except OSError as e:  # a folder, or a file this user may not read
         raise InterchangeError(
             str(path), None, None, f"cannot read it ({e.strerror}); it should be a file holding {what}"
@@ -270,6 +274,9 @@ def _read_record(
     problem = unstorable_text(text, f"fields.{text_field}")
     if problem:
         raise InterchangeError(file, where, f"fields.{text_field}", problem)
+    broken = shapes.surrogate_path(raw)
+    if broken is not None:
+        raise InterchangeError(file, where, broken, shapes.LONE_SURROGATE)
     metadata = raw.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise InterchangeError(file, where, "metadata", "the metadata is an object of named values; fix it")

@@ -180,3 +180,29 @@ def checked(shape: type[S], raw: Any, file: str, where: str | None, at: str, fix
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+LONE_SURROGATE = (
+    "a lone surrogate escape (such as \\ud800) is not valid Unicode; write the whole surrogate pair or remove it"
+)
+
+
+def surrogate_path(value: Any) -> str | None:
+    """The dotted path of the first string (a value or a key) in parsed JSON that holds a lone surrogate escape,
+    which JSON allows and no database or UTF-8 file can hold; None where there is none."""
+    pending: list[tuple[Any, str]] = [(value, "")]
+    while pending:  # a stack, not recursion: the file decides how deep it nests
+        item, path = pending.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return path
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                inner_path = f"{path}.{key}" if path else str(key)
+                if isinstance(key, str) and _SURROGATE.search(key):
+                    return inner_path
+                pending.append((inner, inner_path))
+        elif isinstance(item, list):
+            pending.extend((inner, f"{path}.{n}" if path else str(n)) for n, inner in enumerate(item))
+    return None

@@ -848,6 +848,13 @@ def read_labelstudio(export_path: str | Path, config_path: str | Path | None = N
         raise InterchangeError(
             file, None, None, f"not JSON ({exc.msg} at line {exc.lineno}); use Label Studio's Export > JSON"
         ) from None
+    except RecursionError:
+        raise InterchangeError(
+            file,
+            None,
+            None,
+            "nests lists or objects thousands deep, which no export does; use Label Studio's Export > JSON",
+        ) from None
     if isinstance(tasks, Mapping):
         tasks = [tasks]
     if not isinstance(tasks, list):
@@ -889,6 +896,9 @@ def _read_task(config: LabelConfig, task: Any, n: int, file: str, runs: dict[str
     problem = unstorable_text(text, f"data.{config.text_field}")
     if problem:
         raise bad(f"data.{config.text_field}", problem)
+    broken = extras.surrogate_path(task)
+    if broken is not None:
+        raise bad(broken, extras.LONE_SURROGATE)
     meta = task.get("meta") if isinstance(task.get("meta"), Mapping) else {}
     ours = extras.checked(
         extras.LabelStudioMeta,
