@@ -19,6 +19,7 @@ exit status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import itertools
 import json
 import os
@@ -370,13 +371,38 @@ def _serve_transformers(args: argparse.Namespace) -> None:
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 
+def open_without_key_warning(host: str, api_key: str | None) -> str | None:
+    """The warning for a backend that answers anyone on a host other machines reach, else None."""
+    if api_key:
+        return None
+    try:
+        loopback = ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: only localhost is known to stay on this machine
+        loopback = host.lower() == "localhost"
+    if loopback:
+        return None
+    return (
+        f"# warning: listening on {host} without an API key, so anyone who reaches this port gets predictions; "
+        f"give --api-key (or $DIFFJEV_LS_BACKEND_API_KEY) or --host 127.0.0.1"
+    )
+
+
 def cmd_serve_ls_backend(args: argparse.Namespace) -> None:
     import uvicorn
 
-    from diffjev.services.ls_backend import create_ls_backend, model_version_of
+    from diffjev.services.ls_backend import MB, create_ls_backend, model_version_of
 
+    warning = open_without_key_warning(args.host, args.api_key)
+    if warning:  # said before the model loads, so it is the first thing the operator sees
+        print(warning, file=sys.stderr, flush=True)
     engine = _engine(args)
-    app = create_ls_backend(engine, api_key=args.api_key, max_tasks=args.max_tasks, seed=args.seed)
+    app = create_ls_backend(
+        engine,
+        api_key=args.api_key,
+        max_tasks=args.max_tasks,
+        max_body_bytes=args.max_body_mb * MB if args.max_body_mb else None,
+        seed=args.seed,
+    )
     guard = "basic auth with the API key as password" if args.api_key else "no API key: it answers anyone"
     print(
         f"# Label Studio ML backend {model_version_of(engine)} on http://{args.host}:{args.port} ({guard})",
@@ -595,6 +621,13 @@ def parser() -> argparse.ArgumentParser:
         default=100,
         metavar="N",
         help="refuse a /predict with more tasks than this (default 100)",
+    )
+    p.add_argument(
+        "--max-body-mb",
+        type=_positive_int,
+        metavar="MB",
+        help="refuse a request body larger than this many MiB, before reading it in full (default: room for "
+        "--max-tasks tasks whose texts are at the item cap, $DIFFJEV_MAX_ITEM_CHARS)",
     )
     return top
 

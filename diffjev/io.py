@@ -330,6 +330,16 @@ def unstorable_text(value: str, field_name: str) -> str | None:
     return _text_problem(value, "text", field_name, None, "")
 
 
+def item_problem(text: Any, external_id: Any, limits: Limits, text_field: str = "text") -> tuple[str, str] | None:
+    """Why an item's text or id cannot be stored, as a plain import checks it: (the field, the reason), or None.
+    For items that come whole from another tool's file rather than from rows."""
+    found = _row(0, {text_field: text, "id": external_id}, text_field, "id", [], limits)
+    if not isinstance(found, Rejected):
+        return None
+    field = "id" if "id field" in found.reason else "text"
+    return field, found.reason
+
+
 def _text_problem(
     value: str, kind: str, field_name: str | None, max_chars: int | None, over_limit_fix: str
 ) -> str | None:

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from storage.models import Item, ItemRead, Response, Run, Suggestion
+from storage.models import Adjudication, Item, ItemRead, Response, Run, Suggestion
 
 
 def item_page(session: Session, project_id: int, after: int, limit: int) -> list[Any]:
@@ -65,12 +65,74 @@ def runs_of(session: Session, project_id: int, run_id: int | None = None) -> lis
     return list(session.scalars(query.order_by(Run.id)))
 
 
-def imported_run(session: Session, project_id: int, source_key: str) -> Run | None:
-    """The run an earlier import of the same file made for the same model run, so a re-import adds to it."""
-    for run in session.scalars(select(Run).where(Run.project_id == project_id)):
-        if (run.params or {}).get("imported_as") == source_key:
+def matching_run(
+    session: Session, project_id: int, imported_as: str, own_id: int | None, engine: str, model: str, version: Any
+) -> Run | None:
+    """The project's run that a file's model run is: the run of this project it was exported from (`own_id`,
+    with the same engine, model and version), else one an earlier import of the same model run made."""
+    runs = list(session.scalars(select(Run).where(Run.project_id == project_id)))
+    for run in runs:
+        if run.id == own_id and (run.engine, run.model_name, run.model_version) == (engine, model, version):
+            return run
+    for run in runs:
+        if (run.params or {}).get("imported_as") == imported_as:
             return run
     return None
+
+
+def texts_of(session: Session, item_ids: Sequence[int]) -> dict[int, str]:
+    return dict(session.execute(select(Item.id, Item.text).where(Item.id.in_(item_ids))).all()) if item_ids else {}
+
+
+def stored_answers(
+    session: Session, item_ids: Sequence[int], question_ids: Sequence[int]
+) -> dict[tuple[int, int, str], tuple[Any, ...]]:
+    """(item, question, annotator) -> (value, status, source, detail) of the stored responses."""
+    if not item_ids:
+        return {}
+    rows = session.execute(
+        select(
+            Response.item_id,
+            Response.question_id,
+            Response.annotator,
+            Response.value,
+            Response.status,
+            Response.source,
+            Response.detail,
+        ).where(Response.item_id.in_(item_ids), Response.question_id.in_(question_ids))
+    ).all()
+    return {(r[0], r[1], r[2]): tuple(r[3:]) for r in rows}
+
+
+def stored_adjudications(
+    session: Session, item_ids: Sequence[int], question_ids: Sequence[int]
+) -> dict[tuple[int, int], tuple[Any, ...]]:
+    """(item, question) -> (value, reviewer, comment) of the stored adjudications."""
+    if not item_ids:
+        return {}
+    rows = session.execute(
+        select(
+            Adjudication.item_id,
+            Adjudication.question_id,
+            Adjudication.value,
+            Adjudication.reviewer,
+            Adjudication.comment,
+        ).where(Adjudication.item_id.in_(item_ids), Adjudication.question_id.in_(question_ids))
+    ).all()
+    return {(r[0], r[1]): tuple(r[2:]) for r in rows}
+
+
+def read_items(session: Session, run_id: int, item_ids: Sequence[int]) -> set[int]:
+    """The items this run has read successfully already."""
+    if not item_ids:
+        return set()
+    return set(
+        session.scalars(
+            select(ItemRead.item_id).where(
+                ItemRead.run_id == run_id, ItemRead.item_id.in_(item_ids), ItemRead.status == "ok"
+            )
+        )
+    )
 
 
 def item_ids_by_key(

@@ -117,3 +117,75 @@ def test_an_existing_project_takes_a_file_only_with_its_own_questions(source, tm
     )
     with pytest.raises(InterchangeError, match="field 'team': project 'moved' asks it as a choice question"):
         import_bundle(target, "moved", bundle, "importer")
+
+
+def test_a_record_whose_id_is_an_item_with_another_text_is_refused_naming_it(source, tmp_path):
+    """Answers (and span offsets) belong to the text they were given on: a task id that names a stored item
+    of another text must not hang its answers on that item."""
+    bundle = project_bundle(source, "tickets")
+    bundle.source = "second.json"
+    bundle.records[0].text = "Completely different text from Zed"
+    bundle.records[0].where = "task 1"
+    bundle.records[0].answers = [
+        HumanAnswer("parts", "zoe", None, spans=(SpanMark(31, 34, "Zed"),)),
+    ]
+    bundle.records[0].predictions = {}
+    bundle.records[0].adjudications = []
+    before = counts(source)
+    with pytest.raises(InterchangeError) as refused:
+        import_bundle(source, "tickets", bundle, "importer")
+    message = str(refused.value)
+    assert message.startswith("second.json: task 1:") and "'t1'" in message and "another text" in message, message
+    assert counts(source) == before
+
+
+def test_importing_what_the_project_already_holds_adds_and_rewrites_nothing(source, tmp_path):
+    """Exported and imported back into the project it came from, or the same file from another path: no run,
+    suggestion, answer or revision is added."""
+    bundle = project_bundle(source, "tickets")
+    before = counts(source)
+    with source.read() as session:
+        revisions = sorted(session.scalars(select(Response.revision)))
+    for name in ("export.json", "../elsewhere/export.json"):
+        bundle.source = name
+        report = import_bundle(source, "tickets", bundle, "importer")
+        assert (report.items, report.answers, report.suggestions) == (0, 0, 0), report.summary()
+    assert counts(source) == before
+    with source.read() as session:
+        assert sorted(session.scalars(select(Response.revision))) == revisions
+
+
+def test_the_same_model_run_from_two_paths_is_one_run(source, tmp_path):
+    bundle = project_bundle(source, "tickets")
+    target = Database(tmp_path / "target.db")
+    for name in ("x/export.json", "/abs/x/export.json"):
+        bundle.source = name
+        import_bundle(target, "moved", bundle, "importer")
+    with target.read() as session:
+        assert session.scalar(select(func.count()).select_from(Run)) == 1
+
+
+@pytest.mark.parametrize(
+    "spoil, field, said",
+    [
+        (lambda r: setattr(r, "text", "x" * 100_001), "text", "over the limit"),
+        (lambda r: setattr(r, "text", "a\x00b"), "text", "NUL"),
+        (lambda r: setattr(r, "text", "a\ud800b"), "text", "surrogate"),
+        (lambda r: setattr(r, "external_id", "i" * 501), "id", "over the limit"),
+        (lambda r: setattr(r, "external_id", "a\x00"), "id", "NUL"),
+        (lambda r: r.answers.append(HumanAnswer("urgent", "z" * 201, "yes")), "urgent", "200 characters"),
+        (lambda r: r.answers.append(HumanAnswer("urgent", "bad\nname", "yes")), "urgent", "control character"),
+        (lambda r: r.answers.append(HumanAnswer("urgent", "nul\x00", "yes")), "urgent", "control character"),
+        (lambda r: r.answers.append(HumanAnswer("urgent", "ok", "yes", seconds=-3.0)), "urgent", "seconds"),
+    ],
+)
+def test_items_and_people_meet_the_checks_a_plain_import_makes(source, tmp_path, spoil, field, said):
+    bundle = project_bundle(source, "tickets")
+    bundle.source = "f.json"
+    spoil(bundle.records[1])
+    target = Database(tmp_path / "t.db")
+    with pytest.raises(InterchangeError) as refused:
+        import_bundle(target, "moved", bundle, "importer")
+    assert refused.value.field == field and said in str(refused.value) and "\n" not in str(refused.value), str(
+        refused.value
+    )

@@ -7,6 +7,10 @@ The requests are shaped as Label Studio's own client sends them: label_studio/ml
 
 from __future__ import annotations
 
+import asyncio
+import http.client
+import json
+import logging
 import os
 import subprocess
 import sys
@@ -19,7 +23,17 @@ from conftest import LocalServer, free_port
 
 from diffjev.formats.labelstudio import schema_from_config, task_predictions
 from diffjev.read import read_many
-from diffjev.services.ls_backend import create_ls_backend, model_answers, model_version_of
+from diffjev.cli import open_without_key_warning
+from diffjev.services import ls_backend
+from diffjev.services.importing import max_item_chars
+from diffjev.services.ls_backend import (
+    DEFAULT_MAX_TASKS,
+    MB,
+    create_ls_backend,
+    default_max_body_bytes,
+    model_answers,
+    model_version_of,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -205,7 +219,7 @@ def test_too_many_tasks_are_refused_whole(backend, ls):
     tasks = [ls_task(40 + n, {"text": TEXTS[0]}) for n in range(6)]
     answer = ls.post(f"{backend.url}/predict", json=predict_request(tasks))
     assert answer.status_code == 413
-    assert "6 tasks" in answer.json()["error"] and "5" in answer.json()["error"]
+    assert "more than this backend's 5 tasks" in answer.json()["error"]
 
 
 @pytest.mark.parametrize("route", ["setup", "predict"])
@@ -278,3 +292,189 @@ def test_the_command_serves_the_backend(tiny_model_folder, ls):
         process.terminate()
         process.wait(timeout=20)
     assert "diffjev-transformers-" in process.stderr.read()
+
+
+# Hostile and oversized requests: each is answered with one line of JSON, never a bare 500 --------------
+
+DEEP_CONFIG = "<View>" * 5000 + CONFIG + "</View>" * 5000
+
+
+def one_line_error(answer: requests.Response, status: int) -> str:
+    assert answer.status_code == status, answer.text
+    assert answer.headers["content-type"] == "application/json"
+    message = answer.json()["error"]
+    assert message and "\n" not in message and "Traceback" not in message
+    return message
+
+
+@pytest.mark.parametrize("route", ["setup", "predict"])
+def test_a_label_config_nested_thousands_deep_is_a_400(backend, ls, route):
+    body = (
+        setup_request(DEEP_CONFIG)
+        if route == "setup"
+        else predict_request([ls_task(71, {"text": TEXTS[0]})], DEEP_CONFIG)
+    )
+    message = one_line_error(ls.post(f"{backend.url}/{route}", json=body), 400)
+    assert ("schema" if route == "setup" else "label_config") in message
+    assert "deep" in message or "depth" in message
+
+
+@pytest.mark.parametrize("route", ["setup", "predict", "webhook"])
+def test_a_json_body_nested_thousands_deep_is_a_400(backend, ls, route):
+    headers = {"Content-Type": "application/json"}
+    bare = ls.post(f"{backend.url}/{route}", data="[" * 100_000 + "]" * 100_000, headers=headers)
+    assert "deep" in one_line_error(bare, 400)
+    inside = '{"tasks": [], "label_config": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    assert "deep" in one_line_error(ls.post(f"{backend.url}/{route}", data=inside, headers=headers), 400)
+
+
+def test_a_body_that_is_not_a_json_object_says_where(backend, ls):
+    headers = {"Content-Type": "application/json"}
+    trailing = ls.post(f"{backend.url}/setup", data=b'{"schema": "x"} {', headers=headers)
+    assert "character 16" in one_line_error(trailing, 400)
+    listed = ls.post(f"{backend.url}/setup", data=b"[1, 2]", headers=headers)
+    assert "JSON object" in one_line_error(listed, 400)
+    latin1 = ls.post(f"{backend.url}/setup", data='{"schema": "caf\u00e9"}'.encode("latin-1"), headers=headers)
+    assert "UTF-8" in one_line_error(latin1, 400)
+
+
+def test_a_body_parses_as_json_loads_would(backend, ls, dgemma_engine):
+    """Spacing, escapes and a repeated member name: the last one wins, as with json.loads."""
+    body = '\ufeff {\n "schema" : 5 ,"schema":\t' + json.dumps(CONFIG) + ' , "project": {"a": [1, {}]} }\r\n'
+    answer = ls.post(f"{backend.url}/setup", data=body.encode(), headers={"Content-Type": "application/json"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["model_version"] == model_version_of(dgemma_engine)
+
+
+def test_an_unexpected_failure_is_a_500_json_line_logged_once(dgemma_engine, ls, monkeypatch, caplog):
+    def broken_read(*args, **kwargs):
+        raise ZeroDivisionError("a fault\nover two lines")
+
+    monkeypatch.setattr(ls_backend, "read_many", broken_read)
+    with LocalServer(create_ls_backend(dgemma_engine)) as server, caplog.at_level(logging.ERROR):
+        answer = ls.post(f"{server.url}/predict", json=predict_request([ls_task(81, {"text": TEXTS[0]})]))
+        message = one_line_error(answer, 500)
+        assert "/predict" in message and "ZeroDivisionError: a fault" in message
+        assert ls.get(f"{server.url}/health").status_code == 200  # the server goes on serving
+    logged = [record for record in caplog.records if record.exc_info]
+    assert len(logged) == 1
+    assert logged[0].name == "diffjev.services.ls_backend" and "/predict" in logged[0].getMessage()
+
+
+def test_a_body_declared_past_the_cap_is_refused_before_it_is_read(dgemma_engine):
+    """A 200 MB Content-Length gets its 413 while not a byte of the body has been sent."""
+    with LocalServer(create_ls_backend(dgemma_engine, api_key="k", max_body_bytes=MB)) as server:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        connection.putrequest("POST", "/predict")
+        connection.putheader("Authorization", "Bearer k")
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Content-Length", str(200 * MB))
+        connection.endheaders()
+        answer = connection.getresponse()
+        assert answer.status == 413
+        message = json.loads(answer.read())["error"]
+        connection.close()
+    assert "1.0 MB" in message and "--max-body-mb" in message and "\n" not in message
+
+
+def test_a_chunked_body_stops_being_read_once_past_the_cap(dgemma_engine):
+    """A body without a length, sent forever: the backend reads a little past the cap and answers 413."""
+    app = create_ls_backend(dgemma_engine, max_body_bytes=MB)
+    chunk = b"[" + b" " * (64 * 1024 - 1)
+    received, sent = [], []
+
+    async def receive():
+        received.append(len(chunk))
+        return {"type": "http.request", "body": chunk, "more_body": True}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/predict",
+        "raw_path": b"/predict",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json"), (b"transfer-encoding", b"chunked")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 9090),
+    }
+    asyncio.run(asyncio.wait_for(app(scope, receive, send), timeout=30))
+    assert sent[0]["status"] == 413
+    assert "--max-body-mb" in json.loads(b"".join(m.get("body", b"") for m in sent[1:]))["error"]
+    assert MB < sum(received) <= MB + 2 * len(chunk)
+
+
+def test_too_many_tasks_are_refused_before_the_rest_are_parsed(backend, ls):
+    """The sixth task of a backend taking five ends the parse: what follows it is never read."""
+
+    def body_then_garbage(count: int) -> str:
+        tasks = ",".join(json.dumps(ls_task(90 + n, {"text": TEXTS[0]})) for n in range(count))
+        return '{"label_config": ' + json.dumps(CONFIG) + ', "tasks": [' + tasks + " not json at all"
+
+    headers = {"Content-Type": "application/json"}
+    six = one_line_error(ls.post(f"{backend.url}/predict", data=body_then_garbage(6), headers=headers), 413)
+    assert "more than this backend's 5 tasks" in six and "--max-tasks" in six
+    five = one_line_error(ls.post(f"{backend.url}/predict", data=body_then_garbage(5), headers=headers), 400)
+    assert "not JSON" in five
+
+
+def test_two_million_tasks_under_the_default_body_cap_are_refused_by_count(dgemma_engine, ls):
+    with LocalServer(create_ls_backend(dgemma_engine)) as server:
+        body = '{"tasks": [' + ",".join(['{"data": {"text": "a"}}'] * 2_000_000) + '], "label_config": "x"}'
+        assert len(body) < default_max_body_bytes(DEFAULT_MAX_TASKS, max_item_chars())
+        answer = ls.post(f"{server.url}/predict", data=body, headers={"Content-Type": "application/json"})
+    assert "more than this backend's 100 tasks" in one_line_error(answer, 413)
+
+
+def test_the_default_body_cap_takes_a_full_request_of_escaped_texts_at_the_item_cap(dgemma_engine, ls):
+    """Label Studio's client escapes each non-ASCII character to six bytes; tasks as long as the item
+    cap allows, as many as the backend takes, still fit. (The text is under a key the config does not
+    read, so each gets its empty prediction without a model read.)"""
+    with LocalServer(create_ls_backend(dgemma_engine, max_tasks=3, max_chars=2000)) as server:
+        tasks = [ls_task(100 + n, {"body": "\u00e9" * 2000}) for n in range(3)]
+        answer = ls.post(f"{server.url}/predict", json=predict_request(tasks))
+        assert answer.status_code == 200, answer.text
+        assert [result["result"] for result in answer.json()["results"]] == [[], [], []]
+        over = ls.post(f"{server.url}/predict", json=predict_request(tasks, CONFIG + " " * 3 * MB))
+    assert one_line_error(over, 413)
+
+
+@pytest.mark.parametrize(
+    ("host", "api_key", "warned"),
+    [
+        ("127.0.0.1", None, False),
+        ("localhost", None, False),
+        ("::1", None, False),
+        ("0.0.0.0", "k", False),
+        ("0.0.0.0", None, True),
+        ("::", None, True),
+        ("10.1.2.3", None, True),
+        ("gpu-host", None, True),
+    ],
+)
+def test_listening_beyond_this_machine_without_a_key_is_warned(host, api_key, warned):
+    warning = open_without_key_warning(host, api_key)
+    assert (warning is not None) == warned
+    if warned:
+        assert host in warning and "--api-key" in warning and "\n" not in warning
+
+
+def test_the_command_warns_first_when_it_answers_anyone_on_the_network(tiny_model_folder):
+    """192.0.2.1 (a documentation address) is on no interface, so nothing is ever exposed."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "diffjev.cli", "serve-ls-backend", "--engine", "transformers"]
+    command += ["--model", str(tiny_model_folder), "--host", "192.0.2.1", "--port", str(free_port())]
+    env.pop("DIFFJEV_LS_BACKEND_API_KEY", None)
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        first = process.stderr.readline()
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+    assert first.startswith("# warning: listening on 192.0.2.1 without an API key")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -26,9 +28,11 @@ from diffjev.formats.bundle import (
     RunInfo,
     SpanMark,
 )
-from diffjev.io import Row, SourceError
+from diffjev.io import Limits, Row, SourceError, item_problem
 from diffjev.schema import Question, Schema
-from diffjev.spans import Span, SpanAnswer, parse_span_value, span_value, spans_detail, spans_from_detail
+from diffjev.spans import Span, SpanAnswer, parse_span_value, span_value, spans_from_detail
+from diffjev.services.annotation import span_answer
+from diffjev.services.importing import max_item_chars
 from storage import interchange as store
 from storage import repo
 from storage.db import Database
@@ -77,16 +81,25 @@ def import_bundle(db: Database, project_name: str, bundle: Bundle, actor: str) -
         if not created:
             _check_fits(schema, bundle.schema, file, project_name)
         questions = {q.id: q for q in schema.questions}
-        records = [(record, _checked(record, questions, file)) for record in bundle.records]
-        item_ids, added, duplicates = _store_items(session, project.id, records)
+        limits = Limits(max_text_chars=max_item_chars(), max_id_chars=repo.EXTERNAL_ID_CHARS)
+        records = [(record, _checked(record, questions, file, limits)) for record in bundle.records]
+        item_ids, added, duplicates = _store_items(session, project.id, records, file)
+        stored = store.stored_answers(session, item_ids, list(rows.values()))
+        settled_before = store.stored_adjudications(session, item_ids, list(rows.values()))
         answers = 0
         for (record, _), item_id in zip(records, item_ids):
             for answer in record.answers:
-                repo.respond(session, _response(answer, questions[answer.question], item_id, rows, record.text))
+                given = _response(answer, questions[answer.question], item_id, rows, record.text)
+                if stored.get((item_id, given.question_id, given.annotator)) == _as_stored(given):
+                    continue  # held already, as it is: no new revision
+                repo.respond(session, given)
                 answers += 1
             for settled in record.adjudications:
                 value = _settled_value(settled, questions[settled.question], record.text)
-                repo.adjudicate(session, item_id, rows[settled.question], value, settled.reviewer, settled.comment)
+                row = rows[settled.question]
+                if settled_before.get((item_id, row)) == (value, settled.reviewer, settled.comment):
+                    continue
+                repo.adjudicate(session, item_id, row, value, settled.reviewer, settled.comment)
         suggestions = 0
         for key, info in bundle.runs.items():
             suggestions += _store_run(
@@ -130,17 +143,28 @@ def _check_fits(stored: Schema, incoming: Schema, file: str, project: str) -> No
             )
 
 
-def _checked(record: Record, questions: dict[str, Question], file: str) -> Row:
+def _checked(record: Record, questions: dict[str, Question], file: str, limits: Limits) -> Row:
     """The record as an import row, once every answer and suggestion in it fits its question."""
     where = record.where or f"item {record.external_id}"
     if not isinstance(record.text, str) or not record.text.strip():
         raise InterchangeError(file, where, "text", "the item has no text; give every item its text")
+    if record.external_id is not None and not isinstance(record.external_id, str):
+        raise InterchangeError(file, where, "id", "an item's id is text")
+    found = item_problem(record.text, record.external_id, limits)
+    if found is not None:
+        raise InterchangeError(file, where, *found)
     for answer in record.answers:
         question = _question(questions, answer.question, file, where)
         try:
+            _check_person(answer.annotator, "annotator")
+            if answer.seconds is not None and not (
+                isinstance(answer.seconds, (int, float)) and math.isfinite(answer.seconds) and answer.seconds >= 0
+            ):
+                raise ValueError(f"seconds {answer.seconds!r}: the time spent is a number of seconds, 0 or more")
             _human_value(answer, question, record.text)
         except ValueError as exc:
-            raise InterchangeError(file, where, answer.question, f"{answer.annotator}'s answer: {exc}") from None
+            shown = answer.annotator if isinstance(answer.annotator, str) and len(answer.annotator) <= 200 else "an"
+            raise InterchangeError(file, where, answer.question, f"{shown!r}'s answer: {exc}") from None
     for settled in record.adjudications:
         question = _question(questions, settled.question, file, where)
         if not any(a.question == settled.question and a.status == "submitted" for a in record.answers):
@@ -148,6 +172,7 @@ def _checked(record: Record, questions: dict[str, Question], file: str) -> Row:
                 file, where, settled.question, f"{settled.reviewer}'s adjudication settles no annotator's answer"
             )
         try:
+            _check_person(settled.reviewer, "reviewer")
             _settled_value(settled, question, record.text)
         except ValueError as exc:
             raise InterchangeError(file, where, settled.question, f"{settled.reviewer}'s adjudication: {exc}") from None
@@ -159,6 +184,18 @@ def _checked(record: Record, questions: dict[str, Question], file: str) -> Row:
             except ValueError as exc:
                 raise InterchangeError(file, where, answer.question, f"the prediction of {key!r}: {exc}") from None
     return Row(0, record.text, record.external_id, dict(record.fields))
+
+
+PERSON_CHARS = 200  # the longest annotator or reviewer name the responses and adjudications tables hold
+
+
+def _check_person(name: Any, role: str) -> None:
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"the {role} is not named; every answer names who gave it")
+    if len(name) > PERSON_CHARS:
+        raise ValueError(f"the {role}'s name has {len(name):,} characters, over {PERSON_CHARS} characters; shorten it")
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in name):
+        raise ValueError(f"the {role}'s name holds a control character (a line break, NUL, ...); remove it")
 
 
 def _question(questions: dict[str, Question], qid: str, file: str, where: str) -> Question:
@@ -197,8 +234,12 @@ def _human_value(answer: HumanAnswer, question: Question, text: str) -> tuple[st
         return None, None
     if question.type.reads == "span":
         spans = _spans(answer.spans, answer.value, question, text)
-        return span_value(spans), spans_detail(spans)
+        return span_answer(question, span_value(spans), text)  # stored as the studio stores a person's spans
     return question.type.human_value(question, answer.value, text), None
+
+
+def _as_stored(given: repo.ResponseInput) -> tuple[Any, ...]:
+    return (given.value, given.status, given.source, given.detail)
 
 
 def _settled_value(settled: Adjudication, question: Question, text: str) -> str:
@@ -257,8 +298,10 @@ def _model_answer(answer: ModelAnswer, question: Question, text: str) -> Answer 
     )
 
 
-def _store_items(session, project_id: int, records: list[tuple[Record, Row]]) -> tuple[list[int], int, int]:
-    """Each record's item id, storing those not stored yet (file order); and how many were added / there."""
+def _store_items(session, project_id: int, records: list[tuple[Record, Row]], file: str) -> tuple[list[int], int, int]:
+    """Each record's item id, storing those not stored yet (file order); and how many were added / there.
+    A record whose id names a stored item of another text is refused: its answers and span offsets were
+    given on its own text, not on the stored one."""
     rows = [row for _, row in records]
     by_id, by_hash = store.item_ids_by_key(
         session,
@@ -269,6 +312,17 @@ def _store_items(session, project_id: int, records: list[tuple[Record, Row]]) ->
 
     def known(row: Row) -> int | None:
         return by_id.get(row.external_id) if row.external_id is not None else by_hash.get(row.content_hash)
+
+    stored_texts = store.texts_of(session, list(by_id.values()))
+    for record, row in records:
+        if row.external_id in by_id and stored_texts[by_id[row.external_id]] != row.text:
+            raise InterchangeError(
+                file,
+                record.where or None,
+                "id",
+                f"an item with id {row.external_id!r} is stored already with another text; give the item "
+                f"another id, or import into a new project",
+            )
 
     fresh, seen = [], set()
     for row in rows:
@@ -309,18 +363,23 @@ def _store_run(
     actor: str,
 ) -> int:
     questions = {q.id: q for q in schema.questions}
-    imported_as = f"{bundle.source}#{key}"
-    run = store.imported_run(session, project_id, imported_as)
+    engine = info.engine or IMPORTED_ENGINE
+    # A model run is one run of the project whichever file (or path to it) brings it: the run it was
+    # exported from, else the run an earlier import of the same engine, model, version and key made.
+    imported_as = "\x1f".join(map(str, (engine, info.model, info.model_version, key)))
+    own = RUN_KEY.fullmatch(key)
+    run = store.matching_run(
+        session, project_id, imported_as, int(own[1]) if own else None, engine, info.model, info.model_version
+    )
     if run is None:
         params = {"imported_as": imported_as, "imported_from": bundle.source, "key": key}
-        run = repo.create_run(
-            session, project_id, version, info.engine or IMPORTED_ENGINE, info.model, info.model_version, params, actor
-        )
+        run = repo.create_run(session, project_id, version, engine, info.model, info.model_version, params, actor)
+    already = store.read_items(session, run.id, item_ids)
     results, count = [], 0
     for (record, _), item_id in zip(records, item_ids):
         answers = record.predictions.get(key)
         skipped = record.model_skipped.get(key) or {}
-        if not answers and not skipped:
+        if (not answers and not skipped) or item_id in already:
             continue
         read = {a.question: _model_answer(a, questions[a.question], record.text) for a in answers or ()}
         diagnostics: dict[str, Any] = {"imported": True}
@@ -330,11 +389,15 @@ def _store_run(
         count += len(read)
     if results:
         repo.store_reads(session, run.id, rows, results)
-    repo.finish_run(session, run.id, "completed", None, actor)
+    if run.status != "completed":
+        repo.finish_run(session, run.id, "completed", None, actor)
     return count
 
 
 # Out --------------------------------------------------------------------------------------------------------
+
+
+RUN_KEY = re.compile(r"run-(\d{1,18})")
 
 
 def run_key(run_id: int) -> str:

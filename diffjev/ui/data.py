@@ -18,6 +18,7 @@ from diffjev.io import ExportError, Peek, SourceError, peek
 from diffjev.models import ModelLoadError
 from diffjev.services.engine_access import studio_engine_choice
 from diffjev.services.exporting import download_of, export_project, images_folder
+from diffjev.services.interchange_uploads import TOOL_NAMES, export_for_tool
 from diffjev.schema import SchemaError
 from diffjev.services import prelabel as runs
 from diffjev.services.importing import (
@@ -544,9 +545,57 @@ def export_note(count: int, target: Path, download: Path) -> str:
     return note
 
 
+# Label and value: the value is what the API takes and what the CLI's --format names.
+EXPORT_CHOICES = [
+    ("jsonl", "jsonl"),
+    ("csv", "csv"),
+    ("parquet", "parquet"),
+    ("hf", "hf"),
+    ("Label Studio JSON", "labelstudio"),
+    ("Argilla dataset", "argilla"),
+]
+
+
+def export_for_another_tool(
+    studio: Studio, scope: Scope, fmt_name: str, reviewed_only: bool, who: str, stamp: str, request: gr.Request
+) -> tuple[str, Any]:
+    """A Label Studio or Argilla export: one .zip holding what that tool imports, with every annotator's
+    answers and the suggestions of the chosen run (each item's latest read: every run, each as its own
+    model version or agent)."""
+    tool = TOOL_NAMES[fmt_name]
+    if who.strip():
+        return (
+            f"⚠️ Nothing exported: a {tool} export carries every annotator's answers, each under their name; "
+            "clear “Only this annotator” (it is for diffjev's own formats).",
+            gr.update(visible=False),
+        )
+    folder = studio.export_target(f"{scope.project}-{stamp}").parent
+    try:
+        count, archive = export_for_tool(
+            studio.db,
+            scope.project,
+            fmt_name,
+            folder,
+            f"{scope.project}-{stamp}",
+            scope.user,
+            run_id=pick_of(studio, "export", request),
+            reviewed_only=reviewed_only,
+        )
+    except (SourceError, ExportError, repo.NotFound) as exc:
+        return f"⚠️ {md_text(str(exc))}", gr.update(visible=False)
+    held = (
+        "the tasks JSON and its labeling config (import the JSON in Label Studio and paste the config in "
+        "Settings > Labeling Interface)"
+        if fmt_name == "labelstudio"
+        else "the dataset folder as Argilla's Dataset.to_disk writes it (load it with Dataset.from_disk)"
+    )
+    note = f"Exported {count} items for {tool}. The download is one .zip holding {held}."
+    return note, gr.update(value=str(archive), visible=True)
+
+
 def build_export(studio: Studio) -> None:
     with gr.Row():
-        fmt = gr.Dropdown(["jsonl", "csv", "parquet", "hf"], value="jsonl", label="Format", elem_id="export-format")
+        fmt = gr.Dropdown(EXPORT_CHOICES, value="jsonl", label="Format", elem_id="export-format")
         reviewed = gr.Checkbox(True, label="Only items with a human answer", elem_id="export-reviewed")
         annotator = gr.Textbox(label="Only this annotator (optional)", elem_id="export-annotator")
         run_pick = gr.Dropdown([(LATEST_LABEL, LATEST)], value=LATEST, label="Model answers from", elem_id="export-run")
@@ -558,6 +607,8 @@ def build_export(studio: Studio) -> None:
         scope = studio.scope(request)
         scope.require_reviewer("Exporting")
         stamp = time.strftime("%Y%m%d-%H%M%S")
+        if fmt_name in TOOL_NAMES:
+            return export_for_another_tool(studio, scope, fmt_name, reviewed_only, who, stamp, request)
         target = studio.export_target(f"{scope.project}-{stamp}.{fmt_name}")
         try:
             count = export_project(

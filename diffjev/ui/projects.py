@@ -1,6 +1,6 @@
 """Many projects in one studio: the picker in the header, and the Manage tab: a new project (questions
-from a form or pasted JSON, a live preview, then the new project's Import tab), members and reviewers,
-assignments, archive and delete.
+from a form or pasted JSON, a live preview, then the new project's Import tab; or, whole, from a Label
+Studio export or an Argilla dataset), members and reviewers, assignments, archive and delete.
 
 A project is opened by the page's address (`?project=NAME`): picking one navigates there, so a link opens
 it and a reload keeps it. Every handler resolves the scope from the request first; nothing here takes a
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
@@ -19,6 +20,9 @@ from diffjev.engines.base import EngineError
 from diffjev.errors import SchemaError
 from diffjev.services import projects
 from diffjev.services.projects import FORM_COLUMNS, ProjectInputError
+from diffjev.io import SourceError
+from diffjev.services.interchange_uploads import TOOL_NAMES, Upload, create_project_from_upload
+from diffjev.ui.access import NotAnUpload, uploaded_file
 from diffjev.ui.context import Studio, md_text, refusal
 from diffjev.ui.project import canvas_preview
 
@@ -88,6 +92,7 @@ def build(studio: Studio) -> None:
     """The Manage tab."""
     with gr.Accordion("New project", open=True, elem_id="new-project"):
         _build_new_project(studio)
+        _build_from_tool(studio)
     with gr.Accordion("Members and reviewers", open=False, elem_id="project-roles"):
         _build_roles(studio)
     with gr.Accordion("Assignments", open=False, elem_id="project-assignments"):
@@ -182,6 +187,62 @@ def _build_new_project(studio: Studio) -> None:
     remove.click(lambda t: rows_of(t)[:-1] or EMPTY_FORM, [form], [form], api_visibility="private")
     create.click(store, [name, text_field, *inputs], [error, created], api_name="create_project").then(
         None, [created], None, js=open_project_js(tab="import")
+    )
+
+
+def _build_from_tool(studio: Studio) -> None:
+    gr.Markdown(
+        "### From Label Studio or Argilla\n"
+        "Admins only. **Label Studio**: upload the project's JSON export (Export > JSON) and its labeling config "
+        "(Settings > Labeling Interface > Code, saved as .xml). **Argilla**: upload the folder `Dataset.to_disk` "
+        "wrote, as a .zip. The questions, the items, every annotator's answers and the predictions or suggestions "
+        "(as runs, with their scores) come along; a file diffjev cannot hold whole stores nothing and says why."
+    )
+    with gr.Row():
+        tool = gr.Radio(
+            [(label, value) for value, label in TOOL_NAMES.items()],
+            value="labelstudio",
+            label="From",
+            elem_id="tool-import-format",
+        )
+        name = gr.Textbox(label="Name of the new project", elem_id="tool-import-name")
+    with gr.Row():
+        upload = gr.File(
+            label="Label Studio JSON export, or an Argilla dataset (.zip)",
+            file_types=[".json", ".zip"],
+            elem_id="tool-import-file",
+        )
+        config = gr.File(label="Label Studio labeling config (.xml)", file_types=[".xml"], elem_id="tool-import-config")
+    create = gr.Button("Create from these files", variant="primary", elem_id="tool-import-create")
+    report = gr.Markdown(elem_id="tool-import-report")
+    created = gr.Textbox(visible=False, elem_id="tool-import-created")
+
+    def received(value: Any) -> Upload | None:
+        if not value:
+            return None
+        try:
+            path = uploaded_file(value)
+        except NotAnUpload as exc:
+            raise refusal(exc) from None
+        return Upload(path, Path(path).name)  # Gradio keeps an upload under the name it was sent with
+
+    def store(fmt: str, source: Any, config_file: Any, name_: str, request: gr.Request) -> tuple[str, str]:
+        # The same check as Create above: making a project is an admin's, whatever it is made from.
+        user, admin = studio.acting(request)
+        if not admin:
+            raise refusal(f"Creating a project is for the studio's admins (DIFFJEV_ADMINS); {user} is not one")
+        upload_ = received(source)
+        if upload_ is None:
+            return "⚠️ Upload the Label Studio JSON export or the Argilla dataset's .zip first.", ""
+        try:
+            report_ = create_project_from_upload(studio.db, name_, fmt, upload_, received(config_file), user)
+        except (ProjectInputError, SourceError) as exc:
+            return f"⚠️ Nothing created: {md_text(exc)}", ""
+        said = report_.summary()
+        return f"{md_text(said[:1].upper() + said[1:])}; opening it …", report_.project
+
+    create.click(store, [tool, upload, config, name], [report, created], api_name="create_project_from_tool").then(
+        None, [created], None, js=open_project_js(tab="annotate")
     )
 
 
