@@ -25,7 +25,7 @@ import os
 import re
 import shutil
 import sys
-import tempfile
+import uuid
 import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -324,6 +324,12 @@ def _row(
     return Row(line, text, external, fields)
 
 
+def unstorable_text(value: str, field_name: str) -> str | None:
+    """Why an item's text cannot be stored (bytes not UTF-8, a lone surrogate escape, a NUL character), in the
+    words `diffjev import` uses; None where it can."""
+    return _text_problem(value, "text", field_name, None, "")
+
+
 def item_problem(text: Any, external_id: Any, limits: Limits, text_field: str = "text") -> tuple[str, str] | None:
     """Why an item's text or id cannot be stored, as a plain import checks it: (the field, the reason), or None.
     For items that come whole from another tool's file rather than from rows."""
@@ -601,6 +607,26 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _fresh_partial(target: Path, directory: bool) -> Path:
+    """A new, empty temporary file or folder beside `target`, named for this process.
+
+    Made with the ordinary modes (0o666 / 0o777 less the umask), as writing the target directly would:
+    tempfile's mkstemp and mkdtemp make them private (0o600 / 0o700), and the rename would keep that, so an
+    export would be unreadable to the group that can read its folder."""
+    prefix = f".{target.name}.{os.getpid()}."
+    for _ in range(100):
+        temp = target.parent / f"{prefix}{uuid.uuid4().hex[:12]}.partial"
+        try:
+            if directory:
+                os.mkdir(temp)
+            else:
+                os.close(os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+            return temp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name beside the target", str(target))
+
+
 @contextmanager
 def atomic_path(target: str | os.PathLike, directory: bool = False) -> Iterator[Path]:
     """A temporary path beside `target`, moved onto it only when the block finishes without error.
@@ -611,13 +637,7 @@ def atomic_path(target: str | os.PathLike, directory: bool = False) -> Iterator[
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     _sweep_partials(target)
-    prefix = f".{target.name}.{os.getpid()}."
-    if directory:
-        temp = Path(tempfile.mkdtemp(prefix=prefix, suffix=".partial", dir=target.parent))
-    else:
-        fd, name = tempfile.mkstemp(prefix=prefix, suffix=".partial", dir=target.parent)
-        os.close(fd)
-        temp = Path(name)
+    temp = _fresh_partial(target, directory)
     try:
         yield temp
         if directory:

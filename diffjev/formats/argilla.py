@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from diffjev.errors import SchemaError
+from diffjev.formats import extras as shapes
 from diffjev.formats.bundle import (
     Adjudication,
     Bundle,
@@ -47,7 +48,7 @@ from diffjev.formats.bundle import (
     RunInfo,
     SpanMark,
 )
-from diffjev.io import atomic_path
+from diffjev.io import atomic_path, unstorable_text
 from diffjev.schema import Question, Schema
 from diffjev.spans import parse_span_value, span_value
 
@@ -101,6 +102,14 @@ def _load_json(path: Path, shape: type, what: str) -> Any:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise InterchangeError(str(path), None, None, f"not JSON ({e}); it should hold {what}") from None
+    except RecursionError:
+        raise InterchangeError(
+            str(path), None, None, f"nests lists or objects thousands deep; it should hold {what}"
+        ) from None
+    except OSError as e:  # a folder, or a file this user may not read
+        raise InterchangeError(
+            str(path), None, None, f"cannot read it ({e.strerror}); it should be a file holding {what}"
+        ) from None
     if not isinstance(data, shape):
         raise InterchangeError(str(path), None, None, f"holds a {type(data).__name__}; it should hold {what}")
     return data
@@ -115,6 +124,11 @@ def _text_field(settings: dict[str, Any], file: str) -> tuple[str, list[str]]:
     fields = settings.get("fields")
     if not isinstance(fields, list) or not all(isinstance(f, dict) and isinstance(f.get("name"), str) for f in fields):
         raise InterchangeError(file, None, "fields", "list the dataset's fields, each with a name and settings")
+    seen: set[str] = set()
+    for f in fields:
+        if f["name"] in seen:
+            raise InterchangeError(file, None, "fields", f"two fields are named {f['name']!r}; give each its own name")
+        seen.add(f["name"])
     texts = [f["name"] for f in fields if _kind(f) == "text"]
     if not texts:
         raise InterchangeError(file, None, "fields", "no TextField; diffjev's items are texts, so add one")
@@ -125,6 +139,12 @@ def _options(entry: dict[str, Any], file: str, where: str) -> list[tuple[Any, st
     options = (entry.get("settings") or {}).get("options")
     if not isinstance(options, list) or not all(isinstance(o, dict) and "value" in o for o in options):
         raise InterchangeError(file, where, "settings.options", "list the options, each with a value")
+    for o in options:
+        # a value is the label's name (or a rating's number): str() of an object names no answer anyone gave
+        if isinstance(o["value"], bool) or not isinstance(o["value"], (str, int)):
+            raise InterchangeError(
+                file, where, "settings.options", f"the option value {o['value']!r} is not a label (text) or a number"
+            )
     return [(o["value"], o.get("text")) for o in options]
 
 
@@ -244,38 +264,60 @@ def _read_record(
     if not isinstance(raw, dict):
         raise InterchangeError(file, f"record #{n + 1}", None, "a record is an object with id, fields, responses")
     rid = raw.get("id")
+    if rid is not None and (isinstance(rid, bool) or not isinstance(rid, (str, int))):
+        raise InterchangeError(file, f"record #{n + 1}", "id", f"{rid!r} is no record id; give text or a whole number")
     where = f"record {rid!r}" if rid is not None else f"record #{n + 1}"
     fields = raw.get("fields") or {}
     text = fields.get(text_field) if isinstance(fields, dict) else None
     if not isinstance(text, str) or not text.strip():
         raise InterchangeError(file, where, f"fields.{text_field}", "no text; every record needs the item text")
-    metadata = dict(raw.get("metadata") or {})
-    extras = metadata.pop(EXTRAS, None) or {}
-    if not isinstance(extras, dict):
-        raise InterchangeError(file, where, f"metadata.{EXTRAS}", "diffjev's facts are a JSON object; remove the key")
+    problem = unstorable_text(text, f"fields.{text_field}")
+    if problem:
+        raise InterchangeError(file, where, f"fields.{text_field}", problem)
+    broken = shapes.surrogate_path(raw)
+    if broken is not None:
+        raise InterchangeError(file, where, broken, shapes.LONE_SURROGATE)
+    metadata = raw.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise InterchangeError(file, where, "metadata", "the metadata is an object of named values; fix it")
+    metadata = dict(metadata)
+    extras = shapes.checked(
+        shapes.ArgillaExtras,
+        metadata.pop(EXTRAS, None) or {},
+        file,
+        where,
+        f"metadata.{EXTRAS}",
+        f"fix it, or remove metadata.{EXTRAS} from the record to import what Argilla's own fields hold",
+    )
     item_fields = {k: v for k, v in fields.items() if k != text_field}
     item_fields.update({k: v for k, v in metadata.items() if k not in item_fields})
     record = Record(text=text, external_id=None if rid is None else str(rid), fields=item_fields, where=where)
     by_argilla: dict[str, list[_Target]] = {}
     for t in targets:
         by_argilla.setdefault(t.argilla, []).append(t)
-    names = extras.get("annotators") or {}
-    answer_facts = {(a["question"], a["annotator"]): a for a in extras.get("answers", [])}
+    names = extras.annotators
+    answer_facts = {(a.question, a.annotator): a for a in extras.answers}
 
     responses = raw.get("responses") or {}
+    if not isinstance(responses, dict):
+        raise InterchangeError(file, where, "responses", "responses map each question's name to a list of responses")
     for qname, entries in responses.items():
-        for t in by_argilla.get(qname, []) if isinstance(entries, list) else []:
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise InterchangeError(
+                file, where, f"responses.{qname}", "a question's responses are a list of {value, user_id} objects"
+            )
+        for t in by_argilla.get(qname, []):
             for entry in entries:
                 user = str(entry.get("user_id"))
                 annotator = names.get(user, user)
-                facts = answer_facts.pop((t.qid, annotator), {})
+                facts = answer_facts.pop((t.qid, annotator), None)
                 record.answers.append(
                     _human(t, entry.get("value"), entry.get("status"), annotator, facts, text, file, where)
                 )
     for facts in answer_facts.values():  # answers Argilla has no response for: not asked, or skipped
-        if facts.get("question") not in {t.qid for t in targets}:
+        if facts.question not in {t.qid for t in targets}:
             raise InterchangeError(
-                file, where, f"metadata.{EXTRAS}", f"an answer to unknown question {facts.get('question')!r}"
+                file, where, f"metadata.{EXTRAS}.answers", f"an answer to unknown question {facts.question!r}"
             )
         record.answers.append(_human_from_facts(facts))
 
@@ -283,20 +325,25 @@ def _read_record(
     for qname, s in suggestions.items():
         if not isinstance(s, dict) or qname not in by_argilla:
             continue
-        key = s.get("agent") or NO_AGENT
+        agent = s.get("agent")
+        if agent is not None and not isinstance(agent, str):
+            raise InterchangeError(
+                file, where, f"suggestions.{qname}.agent", f"{agent!r} is no agent; name the model or person (text)"
+            )
+        key = agent or NO_AGENT
         bundle.runs.setdefault(key, RunInfo(key, ENGINE, key))
         answers = record.predictions.setdefault(key, [])
         for t in by_argilla[qname]:
             answers.append(_suggested(t, s, schema.question(t.qid), text, file, where))
-    for key, info in (extras.get("runs") or {}).items():
-        bundle.runs[key] = RunInfo(key, info["engine"], info["model"], info.get("model_version"))
-    for key, answers in (extras.get("predictions") or {}).items():
+    for key, info in extras.runs.items():
+        bundle.runs[key] = info.info(key)
+    for key, answers in extras.predictions.items():
         # diffjev's own answers of a run replace what Argilla's one score per suggestion kept of them
-        kept = {a["question"]: _model_answer(a) for a in answers}
+        kept = {a.question: a.model_answer(a.question) for a in answers}
         current = [a for a in record.predictions.get(key, []) if a.question not in kept]
         record.predictions[key] = _in_order(current + list(kept.values()), targets)
-    record.model_skipped = extras.get("model_skipped") or {}
-    settled = extras.get("adjudications") or []
+    record.model_skipped = {key: shapes.skips(skipped) for key, skipped in extras.model_skipped.items()}
+    settled = extras.adjudications or []
     if not isinstance(settled, list):
         raise InterchangeError(file, where, f"metadata.{EXTRAS}.adjudications", "adjudications is a list")
     record.adjudications = [_settled(raw, targets, file, where) for raw in settled]
@@ -329,18 +376,26 @@ def _in_order(answers: list[ModelAnswer], targets: list[_Target]) -> list[ModelA
 
 
 def _human(
-    t: _Target, value: Any, status: Any, annotator: str, facts: dict, text: str, file: str, where: str
+    t: _Target,
+    value: Any,
+    status: Any,
+    annotator: str,
+    facts: shapes.ArgillaAnswerFacts | None,
+    text: str,
+    file: str,
+    where: str,
 ) -> HumanAnswer:
     field = f"responses.{t.argilla}"
-    status = facts.get("status") or {"discarded": "skipped", "draft": "draft"}.get(status, "submitted")
-    extra = {k: facts[k] for k in ("source", "seconds") if k in facts}
+    facts = facts or shapes.ArgillaAnswerFacts.model_construct(question=t.qid, annotator=annotator)
+    status = facts.status or {"discarded": "skipped", "draft": "draft"}.get(status, "submitted")
+    extra = {"source": facts.source, "seconds": facts.seconds}
     if value is None or status in ("skipped", "not_asked"):
         return HumanAnswer(
             t.qid,
             annotator,
             None,
             status="skipped" if status == "submitted" else status,
-            skipped=facts.get("skipped"),
+            skipped=facts.skipped.record() if facts.skipped is not None else None,
             **extra,
         )
     if t.shape == "span":
@@ -349,15 +404,15 @@ def _human(
     return HumanAnswer(t.qid, annotator, _answer_name(t, value, file, where, field), status=status, **extra)
 
 
-def _human_from_facts(facts: dict) -> HumanAnswer:
+def _human_from_facts(facts: shapes.ArgillaAnswerFacts) -> HumanAnswer:
     return HumanAnswer(
-        facts["question"],
-        facts["annotator"],
+        facts.question,
+        facts.annotator,
         None,
-        facts.get("source", "manual"),
-        facts.get("status", "skipped"),
-        skipped=facts.get("skipped"),
-        seconds=facts.get("seconds"),
+        facts.source,
+        facts.status or "skipped",
+        skipped=facts.skipped.record() if facts.skipped is not None else None,
+        seconds=facts.seconds,
     )
 
 
@@ -384,7 +439,10 @@ def _spans(value: Any, t: _Target, text: str, file: str, where: str, field: str)
         raise InterchangeError(file, where, field, "a span answer is a list of {start, end, label}")
     marks = []
     for s in value:
-        if not isinstance(s, dict) or not all(isinstance(s.get(k), int) for k in ("start", "end")):
+        whole = isinstance(s, dict) and all(
+            isinstance(s.get(k), int) and not isinstance(s.get(k), bool) for k in ("start", "end")
+        )
+        if not whole:
             raise InterchangeError(file, where, field, f"{s!r} is not a span {{start, end, label}}")
         if not 0 <= s["start"] < s["end"] <= len(text):
             raise InterchangeError(
@@ -419,9 +477,9 @@ def _suggested(t: _Target, s: dict[str, Any], q: Question, text: str, file: str,
         p_yes = next((scores[i] for i, v in enumerate(value) if str(v) == t.label), 0.0)
         return ModelAnswer(t.qid, answer, {"yes": p_yes, "no": 1.0 - p_yes}, max(p_yes, 1.0 - p_yes))
     answer = _answer_name(t, value, file, where, field)
-    p = 1.0 if score is None else float(score if not isinstance(score, list) else score[0])
-    if not 0.0 <= p <= 1.0:
-        raise InterchangeError(file, where, f"{field}.score", f"{p} is not a probability between 0 and 1")
+    p = 1.0 if score is None else (score if not isinstance(score, list) else score[0] if len(score) == 1 else None)
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        raise InterchangeError(file, where, f"{field}.score", f"{score!r} is not a probability between 0 and 1")
     rest = (1.0 - p) / (len(q.names) - 1)
     return ModelAnswer(t.qid, answer, {name: p if name == answer else rest for name in q.names}, p)
 
@@ -438,22 +496,13 @@ def _per_item(score: Any, n: int, file: str, where: str, field: str) -> list[flo
     if score is None:
         return [1.0] * n
     scores = score if isinstance(score, list) else [score] * n
-    if len(scores) != n or not all(isinstance(x, (int, float)) and 0 <= x <= 1 for x in scores):
+    if len(scores) != n or not all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1 for x in scores
+    ):
         raise InterchangeError(
             file, where, f"{field}.score", f"give one probability between 0 and 1 per item of the value ({n})"
         )
     return [float(x) for x in scores]
-
-
-def _model_answer(a: dict[str, Any]) -> ModelAnswer:
-    spans = a.get("spans")
-    return ModelAnswer(
-        a["question"],
-        a["answer"],
-        dict(a.get("distribution") or {}),
-        float(a["confidence"]),
-        None if spans is None else tuple(SpanMark(**m) for m in spans),
-    )
 
 
 # --- writing ---------------------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ Reading needs the config: give it, or leave it beside the export as <stem>.label
 from __future__ import annotations
 
 import json
+import math
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, replace
@@ -53,6 +54,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from diffjev.errors import SchemaError
+from diffjev.formats import extras
 from diffjev.formats.bundle import (
     Adjudication,
     Bundle,
@@ -63,7 +65,7 @@ from diffjev.formats.bundle import (
     RunInfo,
     SpanMark,
 )
-from diffjev.io import atomic_path
+from diffjev.io import atomic_path, unstorable_text
 from diffjev.schema import Schema
 from diffjev.spans import parse_span_value, span_value
 
@@ -85,6 +87,7 @@ WHY_REFUSED = {
     "ParagraphLabels": "diffjev's spans are offsets into plain text, not into paragraphs",
 }
 DEFAULT_MAX_RATING = 5
+MAX_CONFIG_DEPTH = 100
 _UNSAFE_ID = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -154,8 +157,27 @@ def _parse_xml(xml_text: str, file: str) -> tuple[ET.Element, list[str]]:
     comments: list[str] = []
 
     class Builder(ET.TreeBuilder):
+        depth = 0
+
         def comment(self, data: str) -> None:
             comments.append(data)
+
+        def start(self, tag: str, attrs: dict[str, str]) -> ET.Element:
+            # reading the tree walks it recursively: a config nested thousands deep would overflow the stack
+            self.depth += 1
+            if self.depth > MAX_CONFIG_DEPTH:
+                raise InterchangeError(
+                    file,
+                    None,
+                    None,
+                    f"the config nests tags more than {MAX_CONFIG_DEPTH} deep; a labeling config needs a few levels "
+                    "of <View>, so flatten it",
+                )
+            return super().start(tag, attrs)
+
+        def end(self, tag: str) -> ET.Element:
+            self.depth -= 1
+            return super().end(tag)
 
     parser = ET.XMLParser(target=Builder())
     try:
@@ -474,10 +496,13 @@ def config_from_schema(schema: Schema, text_field: str = "text") -> str:
 
 
 def _spans_checked(control: Control, value: Mapping[str, Any], text: str, bad: Any) -> tuple[list[str], SpanMark]:
-    try:
-        start, end = int(value["start"]), int(value["end"])
-    except (KeyError, TypeError, ValueError):
-        raise bad(control.name, "a Labels region needs whole-number start and end offsets") from None
+    start, end = value.get("start"), value.get("end")
+    # whole numbers only: int() would take 0.5 as 0, "3" as 3 and true as 1, and fail on Infinity
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (start, end)):
+        raise bad(
+            control.name,
+            f"a Labels region needs whole-number start and end offsets, not {start!r} and {end!r}; fix the region",
+        )
     labels = value.get("labels")
     if not isinstance(labels, list) or not labels:
         raise bad(control.name, "a Labels region lists no labels")
@@ -524,8 +549,7 @@ def _decode(
                         control.name,
                         f"{label!r} is not a <Label> of this tag ({', '.join(control.labels)}); add it to the config",
                     )
-                score = result.get("score")
-                conf = float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None
+                conf = _probability(result.get("score"), bad, control.name, "the region's score")
                 regions.setdefault(control.question_of(label), []).append(replace(mark, confidence=conf))
                 span_results.setdefault(control.question_of(label), result)
             for qid in control.questions:
@@ -549,7 +573,8 @@ def _decode(
 def _picked(control: Control, value: Mapping[str, Any], bad: Any) -> list[str]:
     if control.tag == "Rating":
         rating = value.get("rating")
-        if isinstance(rating, bool) or not isinstance(rating, (int, float)) or str(int(rating)) not in control.labels:
+        whole = isinstance(rating, int) or (isinstance(rating, float) and rating.is_integer())
+        if isinstance(rating, bool) or not whole or str(int(rating)) not in control.labels:
             raise bad(control.name, f"rating {rating!r} is not one of 1..{len(control.labels)}")
         return [str(int(rating))]
     if control.tag == "Taxonomy":
@@ -575,8 +600,14 @@ def _picked(control: Control, value: Mapping[str, Any], bad: Any) -> list[str]:
     return chosen
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+def _probability(value: Any, bad: Any, field: str, what: str) -> float | None:
+    """A score or confidence the file gives, or None where it gives none; anything but a number from 0 to 1
+    is refused (clamping -3 to 0 would store an answer the model never gave)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise bad(field, f"{what} {value!r} is not a probability from 0 to 1; fix it or remove it")
+    return float(value)
 
 
 def _model_answer(
@@ -589,9 +620,9 @@ def _model_answer(
     answer, marks, meta, result = decoded
     question = config.schema.question(qid)
     control = config.control_for(qid)
-    score = _number(result.get("score"))
+    score = _probability(result.get("score"), bad, control.name, "the result's score")
     if marks is not None:
-        confidence = _number(meta.get("confidence"))
+        confidence = _probability(meta.get("confidence"), bad, control.name, "the result's meta.confidence")
         if confidence is None:
             own = [m.confidence for m in marks if m.confidence is not None]
             confidence = sum(own) / len(own) if own else (prediction_score if prediction_score is not None else 1.0)
@@ -599,9 +630,11 @@ def _model_answer(
     written = meta.get("distribution")
     if control.multiple:
         label = control.labels[control.questions.index(qid)]
-        p_yes = _number(written.get(label)) if isinstance(written, Mapping) else None
+        where = f"the result's meta.distribution for {label!r}"
+        p_yes = _probability(written.get(label), bad, control.name, where) if isinstance(written, Mapping) else None
         confs = meta.get("confidence")
-        confidence = _number(confs.get(label)) if isinstance(confs, Mapping) else None
+        where = f"the result's meta.confidence for {label!r}"
+        confidence = _probability(confs.get(label), bad, control.name, where) if isinstance(confs, Mapping) else None
         if p_yes is None:
             s = score if score is not None else (prediction_score if prediction_score is not None else 1.0)
             p_yes = s if answer == "yes" else 1.0 - s
@@ -612,15 +645,19 @@ def _model_answer(
             confidence if confidence is not None else max(p_yes, 1.0 - p_yes),
         )
     if isinstance(written, Mapping):
-        if set(written) - set(question.names) or not all(_number(v) is not None for v in written.values()):
+        if set(written) - set(question.names):
             raise bad(control.name, f"meta.distribution must map the answers ({', '.join(question.names)}) to numbers")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1 for v in written.values()):
+            raise bad(
+                control.name,
+                f"meta.distribution {dict(written)!r} is not probabilities: give each answer a number from 0 to 1",
+            )
         distribution = {name: float(written.get(name, 0.0)) for name in question.names}
-        confidence = _number(meta.get("confidence"))
+        confidence = _probability(meta.get("confidence"), bad, control.name, "the result's meta.confidence")
         if confidence is None:
             confidence = score if score is not None else distribution[answer]
         return ModelAnswer(qid, answer, distribution, confidence)
     p = score if score is not None else (prediction_score if prediction_score is not None else 1.0)
-    p = min(max(p, 0.0), 1.0)
     rest = (1.0 - p) / (len(question.names) - 1)
     return ModelAnswer(qid, answer, {name: p if name == answer else rest for name in question.names}, p)
 
@@ -725,16 +762,16 @@ def _human_json(a: HumanAnswer) -> dict[str, Any]:
     }
 
 
-def _human_from(qid: str, annotator: str, raw: Mapping[str, Any]) -> HumanAnswer:
+def _human_from(qid: str, annotator: str, raw: extras.LabelStudioAnswer) -> HumanAnswer:
     return HumanAnswer(
         qid,
         annotator,
-        raw.get("value"),
-        raw.get("source", "manual"),
-        raw.get("status", "submitted"),
-        _marks_from(raw.get("spans")),
-        raw.get("skipped"),
-        raw.get("seconds"),
+        raw.value,
+        raw.source,
+        raw.status or "submitted",
+        extras.marks(raw.spans),
+        raw.skipped.record() if raw.skipped is not None else None,
+        raw.seconds,
     )
 
 
@@ -775,12 +812,6 @@ def _model_json(a: ModelAnswer) -> dict[str, Any]:
     }
 
 
-def _model_from(qid: str, raw: Mapping[str, Any]) -> ModelAnswer:
-    return ModelAnswer(
-        qid, raw["answer"], dict(raw.get("distribution") or {}), float(raw["confidence"]), _marks_from(raw.get("spans"))
-    )
-
-
 # --- reading an export -----------------------------------------------------------------------------------------
 
 
@@ -816,6 +847,13 @@ def read_labelstudio(export_path: str | Path, config_path: str | Path | None = N
     except json.JSONDecodeError as exc:
         raise InterchangeError(
             file, None, None, f"not JSON ({exc.msg} at line {exc.lineno}); use Label Studio's Export > JSON"
+        ) from None
+    except RecursionError:
+        raise InterchangeError(
+            file,
+            None,
+            None,
+            "nests lists or objects thousands deep, which no export does; use Label Studio's Export > JSON",
         ) from None
     if isinstance(tasks, Mapping):
         tasks = [tasks]
@@ -855,23 +893,39 @@ def _read_task(config: LabelConfig, task: Any, n: int, file: str, runs: dict[str
             f"the task has no text in data.{config.text_field}, which the config's "
             f'<Text value="${config.text_field}"> reads',
         )
+    problem = unstorable_text(text, f"data.{config.text_field}")
+    if problem:
+        raise bad(f"data.{config.text_field}", problem)
+    broken = extras.surrogate_path(task)
+    if broken is not None:
+        raise bad(broken, extras.LONE_SURROGATE)
     meta = task.get("meta") if isinstance(task.get("meta"), Mapping) else {}
-    ours = meta.get(META_KEY) if isinstance(meta.get(META_KEY), Mapping) else {}
-    external_id = ours.get("external_id", str(task["id"]) if task.get("id") is not None else None)
+    ours = extras.checked(
+        extras.LabelStudioMeta,
+        meta.get(META_KEY) or {},
+        file,
+        where,
+        f"meta.{META_KEY}",
+        f"fix it, or remove meta.{META_KEY} from the task to import what Label Studio's own fields hold",
+    )
+    if "external_id" in ours.model_fields_set:
+        external_id = ours.external_id
+    else:
+        external_id = _task_id(task.get("id"), bad)
     fields = {k: v for k, v in data.items() if k != config.text_field and not k.startswith("$")}
     record = Record(text, external_id, fields, where=where)
     annotations = task.get("annotations") or []
     if not isinstance(annotations, list):
         raise bad("annotations", "annotations is a list")
-    kept = ours.get("annotations")
-    kept = kept if isinstance(kept, list) and len(kept) == len(annotations) else [None] * len(annotations)
+    # what diffjev wrote per annotation; an export whose annotations were added or removed since has none
+    kept = ours.annotations if len(ours.annotations) == len(annotations) else [None] * len(annotations)
     ground_truth: list[list[HumanAnswer]] = []
-    for annotation, extra in zip(annotations, kept):
-        answers = _read_annotation(config, annotation, extra, text, bad)
+    for n_annotation, (annotation, extra) in enumerate(zip(annotations, kept)):
+        answers = _read_annotation(config, annotation, extra, text, bad, f"annotations.{n_annotation}")
         record.answers.extend(answers)
         if annotation.get("ground_truth") and not annotation.get("was_cancelled"):
             ground_truth.append(answers)
-    settled = ours.get("adjudications") or []
+    settled = ours.adjudications or []
     if not isinstance(settled, list):
         raise bad(f"meta.{META_KEY}.adjudications", "adjudications is a list")
     record.adjudications = [_settled_from(config, raw, bad) for raw in settled]
@@ -879,33 +933,43 @@ def _read_task(config: LabelConfig, task: Any, n: int, file: str, runs: dict[str
     predictions = task.get("predictions") or []
     if not isinstance(predictions, list):
         raise bad("predictions", "predictions is a list")
-    for prediction in predictions:
+    for n_prediction, prediction in enumerate(predictions):
         if isinstance(prediction, int) and not isinstance(prediction, bool):
             continue  # listed by id only (the Export button's quick JSON): counted and said by read_labelstudio
         if not isinstance(prediction, Mapping):
             raise bad("predictions", "a prediction is an object")
-        key = str(prediction.get("model_version") or "labelstudio")
-        info = (ours.get("runs") or {}).get(key)
-        if key not in runs:
-            runs[key] = (
-                RunInfo(key, info["engine"], info["model"], info.get("model_version"))
-                if isinstance(info, Mapping)
-                else RunInfo(key, "labelstudio", key, key)
+        version = prediction.get("model_version")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, (str, int))):
+            raise bad(
+                f"predictions.{n_prediction}.model_version",
+                f"{version!r} is no model version; give the version's name (text)",
             )
+        key = str(version or "labelstudio")
+        if key not in runs:
+            info = ours.runs.get(key)
+            runs[key] = info.info(key) if info is not None else RunInfo(key, "labelstudio", key, key)
         decoded = _decode(config, prediction.get("result") or [], text, bad)
-        answers = {
-            qid: _model_answer(config, qid, d, _number(prediction.get("score")), bad) for qid, d in decoded.items()
-        }
-        run_extra = (ours.get("predictions") or {}).get(key) or {}
-        for qid, raw in (run_extra.get("answers") or {}).items():
+        score = _probability(
+            prediction.get("score"), bad, f"predictions.{n_prediction}.score", "the prediction's score"
+        )
+        answers = {qid: _model_answer(config, qid, d, score, bad) for qid, d in decoded.items()}
+        run_extra = ours.predictions.get(key) or extras.LabelStudioRun()
+        for qid, raw in run_extra.answers.items():
             if raw is None:
                 answers.pop(qid, None)
             else:
-                answers[qid] = _model_from(qid, raw)
+                answers[qid] = raw.model_answer(qid)
         record.predictions.setdefault(key, []).extend(answers[q.id] for q in config.schema.questions if q.id in answers)
-        if run_extra.get("skipped"):
-            record.model_skipped[key] = dict(run_extra["skipped"])
+        if run_extra.skipped:
+            record.model_skipped[key] = extras.skips(run_extra.skipped)
     return record
+
+
+def _task_id(value: Any, bad: Any) -> str | None:
+    """A task's id as the item's id: Label Studio's ids are whole numbers; an edited file may hold text."""
+    if value is None or (isinstance(value, (str, int)) and not isinstance(value, bool)):
+        return None if value is None else str(value)
+    raise bad("id", f"{value!r} is no task id; a task id is a whole number")
 
 
 def _ground_truth(record: Record, ground_truth: list[list[HumanAnswer]]) -> list[Adjudication]:
@@ -938,12 +1002,23 @@ def _annotator(annotation: Mapping[str, Any]) -> str:
     return f"ls-user-{who}" if who is not None else "ls-user-unknown"
 
 
-def _read_annotation(config: LabelConfig, annotation: Any, extra: Any, text: str, bad: Any) -> list[HumanAnswer]:
+def _read_annotation(
+    config: LabelConfig,
+    annotation: Any,
+    extra: extras.LabelStudioAnnotation | None,
+    text: str,
+    bad: Any,
+    at: str = "annotations",
+) -> list[HumanAnswer]:
     if not isinstance(annotation, Mapping):
         raise bad("annotations", "an annotation is an object")
-    extra = extra if isinstance(extra, Mapping) else {}
-    annotator = extra.get("annotator") or _annotator(annotation)
-    seconds = _number(annotation.get("lead_time"))
+    extra = extra or extras.LabelStudioAnnotation()
+    annotator = extra.annotator or _annotator(annotation)
+    seconds = annotation.get("lead_time")
+    if seconds is not None and (
+        isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf
+    ):
+        raise bad(f"{at}.lead_time", f"{seconds!r} is not seconds spent (a number of 0 or more); fix it or remove it")
     answers: dict[str, HumanAnswer] = {}
     if annotation.get("was_cancelled"):
         for q in config.schema.questions:
@@ -959,7 +1034,7 @@ def _read_annotation(config: LabelConfig, annotation: Any, extra: Any, text: str
             answers[qid] = HumanAnswer(
                 qid, annotator, value, spans=tuple(marks) if marks is not None else None, seconds=seconds
             )
-    for qid, raw in (extra.get("answers") or {}).items():
+    for qid, raw in extra.answers.items():
         if raw is None:
             answers.pop(qid, None)
         else:
@@ -1016,7 +1091,12 @@ def _task(config: LabelConfig, bundle: Bundle, record: Record, n: int) -> dict[s
         }
         annotations.append(annotation)
         # what Label Studio's results give back, and what differs: that travels in meta
-        back = {a.question: a for a in _read_annotation(config, annotation, {"annotator": annotator}, text, bad)}
+        back = {
+            a.question: a
+            for a in _read_annotation(
+                config, annotation, extras.LabelStudioAnnotation.model_construct(annotator=annotator), text, bad
+            )
+        }
         differs = {qid: _human_json(a) for qid, a in answers.items() if back.get(qid) != a}
         differs.update({qid: None for qid in back if qid not in answers})
         kept.append({"annotator": annotator, "answers": differs})
