@@ -39,6 +39,7 @@ from typing import Any
 from diffjev.errors import SchemaError
 from diffjev.formats import extras as shapes
 from diffjev.formats.bundle import (
+    score_distribution,
     Adjudication,
     Bundle,
     HumanAnswer,
@@ -480,8 +481,7 @@ def _suggested(t: _Target, s: dict[str, Any], q: Question, text: str, file: str,
     p = 1.0 if score is None else (score if not isinstance(score, list) else score[0] if len(score) == 1 else None)
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
         raise InterchangeError(file, where, f"{field}.score", f"{score!r} is not a probability between 0 and 1")
-    rest = (1.0 - p) / (len(q.names) - 1)
-    return ModelAnswer(t.qid, answer, {name: p if name == answer else rest for name in q.names}, p)
+    return ModelAnswer(t.qid, answer, score_distribution(q.names, answer, p), p)
 
 
 def sorted_scores(value: list[dict[str, Any]], own: list[float], t: _Target) -> list[float]:

@@ -103,3 +103,11 @@ class Bundle:
     text_field: str = "text"
     source: str = ""  # the file it came from, for messages and the import's listing
     notes: list[str] = field(default_factory=list)  # what the file held that was not taken, said after the import
+
+
+def score_distribution(names: tuple[str, ...] | list[str], answer: str, score: float) -> dict[str, float]:
+    """A tool's one score for its predicted answer as a distribution, the one rule every format uses where
+    the file holds no distribution of its own: the answer gets the score, the other answers share the rest
+    evenly."""
+    rest = (1.0 - score) / (len(names) - 1) if len(names) > 1 else 0.0
+    return {name: score if name == answer else rest for name in names}

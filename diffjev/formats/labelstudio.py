@@ -64,6 +64,7 @@ from diffjev.formats.bundle import (
     Record,
     RunInfo,
     SpanMark,
+    score_distribution,
 )
 from diffjev.io import atomic_path, unstorable_text
 from diffjev.schema import Schema
@@ -658,8 +659,7 @@ def _model_answer(
             confidence = score if score is not None else distribution[answer]
         return ModelAnswer(qid, answer, distribution, confidence)
     p = score if score is not None else (prediction_score if prediction_score is not None else 1.0)
-    rest = (1.0 - p) / (len(question.names) - 1)
-    return ModelAnswer(qid, answer, {name: p if name == answer else rest for name in question.names}, p)
+    return ModelAnswer(qid, answer, score_distribution(question.names, answer, p), p)
 
 
 def _results(config: LabelConfig, answers: Mapping[str, Any], model: bool) -> list[dict[str, Any]]:
