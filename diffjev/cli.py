@@ -603,7 +603,7 @@ def parser() -> argparse.ArgumentParser:
     p = command(
         "serve-ls-backend",
         cmd_serve_ls_backend,
-        "serve Label Studio's ML backend interface (/health, /setup, /predict): diffjev reads as pre-labels",
+        "serve Label Studio's ML backend interface (/health, /setup, /predict, /webhook): diffjev reads as pre-labels",
         db=False,
     )
     _engine_flags(p)

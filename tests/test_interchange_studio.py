@@ -6,11 +6,13 @@ with nothing stored and no server path said."""
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import tempfile
 import uuid
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -155,6 +157,107 @@ def test_a_zipped_argilla_dataset_makes_a_project_with_responses_and_suggestions
     records = json.loads((ARGILLA / "records.json").read_text())
     agents = {s["agent"] for r in records for s in (r.get("suggestions") or {}).values() if s.get("agent")}
     assert {run.model for run in project_bundle(db, "from-argilla").runs.values()} == agents
+
+
+@contextlib.contextmanager
+def signed_in(server, user) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        assert http.post("/login", data={"username": user[0], "password": user[1]}).status_code == 200
+        yield http
+
+
+def on_page(http: httpx.Client, project: str, api_name: str, *data) -> list:
+    """An event as the page of `project` sends it: Gradio's page adds its address's query to each call."""
+    started = http.post(f"/gradio_api/call/{api_name}?project={project}", json={"data": list(data)})
+    assert started.status_code == 200, started.text
+    answer = http.get(f"/gradio_api/call/{api_name}/{started.json()['event_id']}?project={project}").text
+    assert "event: complete" in answer, answer
+    return json.loads(answer.split("data: ", 1)[1])
+
+
+def shown_value(value) -> str:
+    """A Markdown output as a person reads it (a component update carries its value inside)."""
+    return html.unescape(value["value"] if isinstance(value, dict) else value)
+
+
+def test_the_new_projects_annotate_tab_says_what_came_in_until_its_importer_dismisses_it(studio):
+    server, _ = studio
+    live = DATA / "labelstudio" / "live"
+    report, created = client(server, USERS[0]).predict(
+        "labelstudio",
+        handle_file(str(live / "ls_export_button.json")),
+        handle_file(str(live / "label_config.xml")),
+        "from-button",
+        api_name="/create_project_from_tool",
+    )
+    said = html.unescape(report)
+    assert created == "from-button" and "predictions were listed by id only" in said, said
+    tasks = json.loads((live / "ls_export_button.json").read_text())
+    listed = sum(len(task["predictions"]) for task in tasks)
+    with signed_in(server, USERS[0]) as alice, signed_in(server, USERS[1]) as bob:
+        notice, row = on_page(alice, "from-button", "import_notice")
+        notice = shown_value(notice)
+        assert row.get("visible") is True
+        assert notice.startswith(f"**Imported:** Created project 'from-button': {len(tasks)} items"), notice
+        assert "answers, 0 suggestions in 0 runs." in notice, notice
+        assert f"\n- note: {listed} predictions were listed by id only" in notice and "only_id false" in notice
+        # said to the one who imported, on that project only; the same load a moment later says it again
+        assert on_page(alice, "from-button", "import_notice")[0] == on_page(alice, "from-button", "import_notice")[0]
+        for http, project in ((bob, "from-button"), (alice, "tickets")):
+            notice, row = on_page(http, project, "import_notice")
+            assert shown_value(notice) == "" and row.get("visible") is False
+        on_page(alice, "from-button", "dismiss_import_notice")
+        notice, row = on_page(alice, "from-button", "import_notice")
+        assert shown_value(notice) == "" and row.get("visible") is False
+
+
+def test_the_card_names_the_model_of_the_run_that_made_its_suggestion(studio, tmp_path):
+    """An imported project's suggestions are another tool's model's, not the studio engine's: the card says
+    whose, escaped, in both views of the Annotate tab."""
+    server, _ = studio
+    tasks = json.loads(LS_EXPORT.read_text())
+    for task in tasks:
+        task["annotations"] = []  # every item open, each with the predictions it had
+        for prediction in task.get("predictions", []):
+            prediction["model_version"] = f"<b>{prediction['model_version']}</b>"
+    renamed = tmp_path / "renamed.json"
+    renamed.write_text(json.dumps(tasks))
+    _, created = client(server, USERS[0]).predict(
+        "labelstudio",
+        handle_file(str(renamed)),
+        handle_file(str(LS_CONFIG)),
+        "named",
+        api_name="/create_project_from_tool",
+    )
+    assert created == "named"
+    with signed_in(server, USERS[0]) as alice:
+        shown = on_page(alice, "named", "annotate_start", "sentiment", "Unlabeled, in order")
+        info = shown[6]  # after the session's state
+        assert "<b>" not in info and "· from <b>gemma-v" in html.unescape(info), info
+        view = on_page(alice, "named", "item_start", "Unlabeled, in order")[2]
+        assert "Suggestions from &lt;b&gt;gemma-v" in view and "<b>gemma" not in view, view
+
+
+def test_the_header_says_which_run_made_the_suggestions_where_it_is_not_the_engines(studio, dgemma_engine):
+    from diffjev.engines.auto import ChosenEngine
+    from diffjev.services.prelabel import latest_reading_run, prelabel
+    from diffjev.ui.context import Studio
+    from diffjev.ui.studio import header_text
+
+    server, db = studio
+    client(server, USERS[0]).predict(
+        "labelstudio",
+        handle_file(str(LS_EXPORT)),
+        handle_file(str(LS_CONFIG)),
+        "headed",
+        api_name="/create_project_from_tool",
+    )
+    here = Studio(db, ChosenEngine(dgemma_engine, "tiny DiffusionGemma"), "tickets")
+    latest = latest_reading_run(db, "headed")
+    header = html.unescape(header_text(here, "headed", latest))
+    assert f"**Suggestions shown from:** run {latest.id}, gemma-v2" in header and "\n" not in header.split("\n", 1)[1]
+    prelabel(db, "headed", dgemma_engine)  # the engine's own run is now the latest: nothing more to say
+    assert "Suggestions shown" not in header_text(here, "headed", latest_reading_run(db, "headed"))
 
 
 # Refusals ------------------------------------------------------------------------------------------------------

@@ -478,3 +478,32 @@ def test_the_command_warns_first_when_it_answers_anyone_on_the_network(tiny_mode
         process.terminate()
         process.wait(timeout=20)
     assert first.startswith("# warning: listening on 192.0.2.1 without an API key")
+
+
+def test_the_model_version_is_one_token_even_for_the_offline_models_name(causal_lm, tokenizer, dgemma_engine):
+    """Label Studio lists and filters predictions by model_version: `diffjev-<engine>-<model>` with no space
+    or parenthesis, though the offline model's name says which package it came from."""
+    from diffjev.engines.autoregressive import AutoregressiveEngine
+    from diffjev.models import OFFLINE_GEMMA
+
+    offline = AutoregressiveEngine(causal_lm, tokenizer, mode="options")
+    offline.model_name = OFFLINE_GEMMA  # as AutoregressiveEngine.offline names it
+    assert model_version_of(offline) == "diffjev-autoregressive-options-gemma3-270m"
+    served = AutoregressiveEngine(causal_lm, tokenizer)
+    served.model_name = "google/gemma-3-270m it"
+    assert model_version_of(served) == "diffjev-autoregressive-single-google-gemma-3-270m-it"
+    for engine in (offline, served, dgemma_engine):
+        assert all(c.isalnum() or c in "._-" for c in model_version_of(engine)), model_version_of(engine)
+
+
+def test_the_commands_help_names_every_route_label_studio_calls():
+    shown = subprocess.run(
+        [sys.executable, "-m", "diffjev.cli", "serve-ls-backend", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "(/health, /setup, /predict, /webhook)" in " ".join(shown.stdout.split())

@@ -976,9 +976,12 @@ def load_item_card(
 
 
 def _suggestion_view(session, s: Suggestion, row: int, question: Question) -> dict[str, Any]:
-    """A stored suggestion as a card shows it, with its calibrated confidence where a temperature was kept."""
+    """A stored suggestion as a card shows it, with its calibrated confidence where a temperature was kept,
+    and the model of the run that made it (an imported run's is another tool's model, not the studio's)."""
+    run = session.get(Run, s.run_id)  # once per run in a session: its identity map holds it after
     return {
         "id": s.id,
+        "model": run_model(run.engine, run.model_name),
         "answer": s.answer,
         "distribution": dict(s.distribution),
         "confidence": s.confidence,
@@ -989,6 +992,11 @@ def _suggestion_view(session, s: Suggestion, row: int, question: Question) -> di
         "calibrated": calibrated_confidence(session, s.run_id, row, s.distribution, question),
         "detail": s.detail,  # a span suggestion's spans, with their confidence
     }
+
+
+def run_model(engine: str, model_name: str | None) -> str:
+    """What a run's suggestions are said to come from: its model, else its engine where it names none."""
+    return model_name or engine
 
 
 def is_span_question(question: Question) -> bool:

@@ -35,7 +35,8 @@ that carry `Authorization: Bearer <key>`; others get a 401, which Label Studio s
 authentication parameters.
 
 Every prediction is read with one engine and one seed, so the same text and config give the same
-prediction each time; `model_version` is "diffjev-<engine>-<model>".
+prediction each time; `model_version` is "diffjev-<engine>-<model>", one token of letters, digits, '.',
+'_' and '-'.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import binascii
 import hmac
 import json
 import logging
+import re
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -72,6 +74,8 @@ BYTES_PER_CHAR = 6
 TASK_ALLOWANCE = 64 * 1024
 REQUEST_ALLOWANCE = 1024 * 1024
 MB = 1024 * 1024
+REMARK = re.compile(r"\([^()]*\)")
+NOT_TOKEN = re.compile(r"[^A-Za-z0-9._-]+")
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +88,17 @@ class BackendError(Exception):
         self.message, self.status = message, status
 
 
+def version_token(text: str) -> str:
+    """`text` as one token of letters, digits, '.', '_' and '-': a remark in parentheses dropped (the
+    offline model's name says which package holds it), every other run of characters (spaces, '/') one '-'."""
+    without_remarks = REMARK.sub(" ", text)
+    return NOT_TOKEN.sub("-", without_remarks).strip("-")
+
+
 def model_version_of(engine: Engine) -> str:
-    """The version Label Studio records on each prediction: stable for one engine and model."""
-    return f"diffjev-{engine.name}-{engine.model_name or 'unnamed'}"
+    """The version Label Studio records on each prediction, `diffjev-<engine>-<model>` as one token
+    (Label Studio lists and filters predictions by it): stable for one engine and model."""
+    return f"diffjev-{version_token(engine.name) or 'engine'}-{version_token(engine.model_name or '') or 'unnamed'}"
 
 
 def model_answers(decision: Decision) -> list[ModelAnswer]:

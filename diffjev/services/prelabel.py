@@ -493,6 +493,14 @@ def run_table(db: Database, project_name: str) -> list[list[Any]]:
     return table
 
 
+def latest_reading_run(db: Database, project_name: str) -> repo.RunRow | None:
+    """The newest run that read at least one item: the one whose suggestions the Annotate tab shows
+    unless a run is picked (each item's current suggestion is its latest read)."""
+    with db.read() as session:
+        rows = repo.list_runs(session, repo.get_project(session, project_name).id)
+    return next((row for row in rows if row.read > 0), None)
+
+
 def delete_run(db: Database, project_name: str, run_id: int, actor: str) -> str:
     """Delete a run with its suggestions (answers stay); a run still reading here is cancelled first."""
     if run_id in live_runs:

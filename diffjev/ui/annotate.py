@@ -164,6 +164,13 @@ def shown_answer(card: annotation.Card, value: str) -> str:
     return span_words(value, card.text, card.question.kind)
 
 
+def made_by(suggestion: dict) -> str:
+    """Which model made the suggestion: an imported run's is another tool's model, not the one the header
+    names. The name is anyone's text, escaped."""
+    model = suggestion.get("model")
+    return f" · from {md_text(model)}" if model else ""
+
+
 def low_mass_notice(label_mass: float | None) -> str:
     """A warning line when the model put little of its probability on the question's answers at all: the
     distribution drawn is then renormalised from scraps, and reads far surer than the model was."""
@@ -278,6 +285,7 @@ def build(studio: Studio) -> None:
                 text += f" ± {s['stderr']:.2f} over {s['draws']} reads"
             if s.get("calibrated") is not None:
                 text += f"; calibrated confidence {s['calibrated']:.2f}"
+            text += made_by(s)
             text += low_mass_notice(s.get("label_mass"))
             if spans:
                 text += span_confidences(s)

@@ -143,6 +143,9 @@ class Studio:
     # The run each page picked in a tab's run list, by (page session, tab): kept here rather than passed
     # to the tab's API events, whose inputs clients already send (none picked: each item's latest read).
     picked_runs: dict[tuple[str, str], int | None] = field(default_factory=dict)
+    # What an import that made a project brought in (BundleReport.summary), by (user, project): the page
+    # jumps to the new project's Annotate tab, which shows it to the one who imported until they dismiss it.
+    import_notices: dict[tuple[str, str], str] = field(default_factory=dict)
     # (handler, inputs, outputs) that fill a tab when the page loads
     on_load: list[tuple[Any, list, list]] = field(default_factory=list)
     # (handler, inputs, outputs) that refresh what an import or its undo changed: the picker's item counts

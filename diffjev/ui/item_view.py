@@ -345,7 +345,23 @@ def item_view_html(card: annotation.ItemCard, image: ImageData | None = None) ->
     questions = "".join(
         WIDGETS[entry.question.type.widget](i - first, entry, card.text) for i, entry in enumerate(shown)
     )
-    return f"{annotate.item_with_image_html(card, image)}<div class='dj-questions'>{questions}</div>"
+    return (
+        f"{annotate.item_with_image_html(card, image)}{suggested_by_html(shown)}"
+        f"<div class='dj-questions'>{questions}</div>"
+    )
+
+
+def suggested_by_html(entries: list[annotation.Entry]) -> str:
+    """One line naming the model (and run) each suggestion on the card came from: the header names the
+    studio's engine, and an imported project's suggestions were made by another tool's model. Escaped."""
+    runs: dict[int, str] = {}
+    for entry in entries:
+        if entry.suggestion is not None:
+            runs.setdefault(entry.suggestion["run"], entry.suggestion["model"])
+    if not runs:
+        return ""
+    named = ", ".join(f"{html.escape(model)} (run {run})" for run, model in sorted(runs.items()))
+    return f"<div class='dj-spaninfo dj-suggested-by'>Suggestions from {named}</div>"
 
 
 def progress_line(db, card: annotation.ItemCard, note: str) -> str:
@@ -510,9 +526,40 @@ def build(studio: Studio) -> None:
 _KEY = {"item-accept": "Enter", "item-skip": "s", "item-undo": "u"}
 
 
+def import_notice_text(summary: str) -> str:
+    """An import's summary (BundleReport.summary: a line of counts, then a "note: ..." line for each thing
+    the file held that was not taken) as the Annotate tab shows it, every word of it escaped."""
+    counts, *notes = summary.split("\n")
+    said = [f"**Imported:** {md_text(counts[:1].upper() + counts[1:])}."]
+    return "\n".join(said + [f"- {md_text(note)}" for note in notes])
+
+
+def build_import_notice(studio: Studio) -> None:
+    """What the import that made this project brought in, above the card: the Manage tab's report is gone
+    once the page jumps here, so it is said again, to the one who imported, until they dismiss it."""
+    with gr.Row(visible=False, elem_id="import-notice-row") as row:
+        notice = gr.Markdown(elem_id="import-notice")
+        dismiss = gr.Button("Dismiss", size="sm", scale=0, min_width=90, elem_id="import-notice-dismiss")
+
+    def shown(request: gr.Request) -> tuple:
+        scope = studio.scope(request)
+        said = studio.import_notices.get((scope.user, scope.project))
+        return (import_notice_text(said) if said else ""), gr.Row(visible=said is not None)
+
+    def dismissed(request: gr.Request) -> tuple:
+        scope = studio.scope(request)
+        studio.import_notices.pop((scope.user, scope.project), None)
+        return "", gr.Row(visible=False)
+
+    # On the page's load, like studio.on_load, but named, so a client can read it as the page does.
+    gr.on(None, quiet_without_project(shown, [notice, row]), [], [notice, row], api_name="import_notice")
+    dismiss.click(dismissed, [], [notice, row], api_name="dismiss_import_notice", queue=False)
+
+
 def build_tab(studio: Studio) -> None:
     """The Annotate tab: a switch between the item view and the one-question view, set when the page
     loads by the size of the project's schema."""
+    build_import_notice(studio)
     mode = gr.Radio([WHOLE_ITEM, ONE_QUESTION], value=WHOLE_ITEM, label="View", elem_id="annotate-mode")
     annotate.build_prelabel_line(studio)
     with gr.Column() as whole_item:

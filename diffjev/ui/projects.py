@@ -172,6 +172,7 @@ def _build_new_project(studio: Studio) -> None:
             made = projects.create_project(studio.db, name_, schema, user, text_field=text_field_)
         except (ProjectInputError, SchemaError, EngineError) as exc:
             return f"⚠️ {md_text(exc)}", ""
+        studio.import_notices.pop((user, made), None)  # one about an earlier project of that name
         return f"Created **{md_text(made)}**; opening its Import tab …", made
 
     inputs = [source, instructions, form, schema_json, template]
@@ -239,6 +240,7 @@ def _build_from_tool(studio: Studio) -> None:
         except (ProjectInputError, SourceError) as exc:
             return f"⚠️ Nothing created: {md_text(exc)}", ""
         said = report_.summary()
+        studio.import_notices[(user, report_.project)] = said  # said again where the page lands
         return f"{md_text(said[:1].upper() + said[1:])}; opening it …", report_.project
 
     create.click(store, [tool, upload, config, name], [report, created], api_name="create_project_from_tool").then(
@@ -351,6 +353,8 @@ def _build_archive(studio: Studio) -> None:
             counts = projects.delete_project(studio.db, scope.project, typed_name, scope.user)
         except ProjectInputError as exc:
             return f"⚠️ {md_text(exc)}", ""
+        for key in [key for key in studio.import_notices if key[1] == scope.project]:
+            del studio.import_notices[key]  # a project made again under this name came from elsewhere
         return (
             f"Deleted **{md_text(scope.project)}**: {counts['items']} items, {counts['responses']} answers, "
             f"{counts['runs']} runs.",

@@ -29,7 +29,8 @@ from diffjev.models import ModelLoadError
 from diffjev.passwords import PasswordBook
 from diffjev.schema import Schema
 from diffjev.services.importing import import_items
-from diffjev.services.prelabel import interrupt_stale_runs, prelabel_quick_first
+from diffjev.services.annotation import run_model
+from diffjev.services.prelabel import interrupt_stale_runs, latest_reading_run, prelabel_quick_first
 from diffjev.settings import Listening, start_listening
 from storage import repo
 from storage.db import Database
@@ -125,9 +126,16 @@ def members_note_text(studio: Studio, request: gr.Request) -> str:
     return f"Members of **{md_text(name)}**: {md_text(', '.join(members))}."
 
 
-def header_text(studio: Studio, project_name: str) -> str:
-    """The header: which model makes the pre-labels, or that it is still loading, or why there is none."""
+def header_text(studio: Studio, project_name: str, latest_run: repo.RunRow | None = None) -> str:
+    """The header: which model makes the pre-labels, or that it is still loading, or why there is none;
+    and, where the project's latest run was made by another model (an imported project's, say), that the
+    suggestions on screen are that run's."""
     slot, project = studio.slot, f" · project **{md_text(project_name)}**"
+    if latest_run is not None:
+        engine = slot.chosen.engine if slot.chosen is not None else None
+        if engine is None or (latest_run.engine, latest_run.model) != (engine.name, engine.model_name):
+            model = run_model(latest_run.engine, latest_run.model)
+            project += f" · **Suggestions shown from:** run {latest_run.id}, {md_text(model)}"
     if slot.chosen is not None:
         warning = "⚠️ " if slot.chosen.fallback else ""
         return f"# diffjev\n{warning}**Pre-labels from:** {md_text(slot.chosen.description)}{project}"
@@ -141,7 +149,8 @@ def header_text(studio: Studio, project_name: str) -> str:
 
 def header_update(studio: Studio, request: gr.Request) -> tuple[str, gr.Timer]:
     try:
-        text = header_text(studio, studio.scope(request).project)
+        name = studio.scope(request).project
+        text = header_text(studio, name, latest_reading_run(studio.db, name))
     except NoProject as exc:  # said once, here, while every tab leaves its parts as they are
         text = f"# diffjev\n⚠️ {md_text(html.unescape(exc.message))}"
     return text, gr.Timer(active=not studio.slot.settled)
