@@ -1,6 +1,6 @@
 """A project made from a Label Studio export in a real browser: the export and its labeling config are
-uploaded in the Manage tab, the new project opens on its Annotate tab, and an item shows with the imported
-prediction's distribution drawn."""
+uploaded in the Manage tab, the new project opens on its Annotate tab saying what came in, and an item shows
+with the imported prediction's distribution drawn and its model named."""
 
 import json
 from pathlib import Path
@@ -38,6 +38,9 @@ def test_a_label_studio_export_becomes_a_project_whose_items_show_the_imported_p
         page.locator("#tool-import-create").click()
         # the new project opens on its Annotate tab, by its address
         page.wait_for_url("**project=from-ls**tab=annotate**", timeout=60_000)
+        # where it lands, the page says what came in, and keeps saying it until dismissed
+        wait_for_text(page, "#import-notice", "Imported: Created project 'from-ls': 3 items")
+        assert "suggestions in 2 runs" in page.inner_text("#import-notice")
         # Every task with a prediction was answered in Label Studio already: a second annotation is the
         # work that follows, and the double-annotation queue serves the task one person answered.
         page.locator("#annotate-start").wait_for()  # eight questions: the page opens on one at a time
@@ -54,9 +57,16 @@ def test_a_label_studio_export_becomes_a_project_whose_items_show_the_imported_p
         ]
         assert len(predicted) == 2  # gemma-v1 and gemma-v2 each read it; the latest one is drawn
         page.wait_for_function("document.querySelector('#distribution').innerText.includes('%')")
+        assert "· from gemma-v2" in page.inner_text("#suggestion-info")  # the imported run's model
         drawn = page.inner_text("#distribution")
         assert any(
             all(f"{name}\n{round(p * 100)}%" in drawn for name, p in distribution.items() if p >= 0.005)
             for distribution in predicted
         ), (drawn, predicted)
+        page.locator("#import-notice-dismiss").click()
+        page.locator("#import-notice-row").wait_for(state="hidden")
+        page.reload()
+        page.locator("#annotate-start").wait_for()
+        page.wait_for_timeout(2_000)  # the page's load events have answered
+        assert not page.locator("#import-notice-row").is_visible()
         page.close()
