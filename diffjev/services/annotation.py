@@ -20,7 +20,9 @@ Queues, for one question (see `diffjev.active` for what each measure is for):
 
 Unless a run is picked, a queue reads each item's current suggestion: the one from the latest run that
 read the item. A refused or failed run, or one still reading, never empties a queue or hides the
-suggestions already there. An empty queue has a reason a person can act on: `empty_queue_reason`.
+suggestions already there. An item no run has read is in the unlabeled queues (`in_order`, in both views)
+with nothing chosen, except while a run is reading: then it waits for its read. An empty queue has a
+reason a person can act on: `empty_queue_reason`.
 """
 
 from __future__ import annotations
