@@ -961,11 +961,9 @@ def next_unlabeled_item(
     shares: Sequence[tuple[int, int]] | None = None,
     applies: Any = None,
     without: Any = None,
-    before: int | None = None,
 ) -> int | None:
     """The first item in id order that nobody has answered for this question; with `without` (a condition
-    on Suggestion: one run's, or the current ones, see `of_run`), the first that has no such suggestion;
-    with `before`, only items with a lower id (a queue's other pick bounds the scan)."""
+    on Suggestion: one run's, or the current ones, see `of_run`), the first that has no such suggestion."""
     answered = select(Response.id).where(
         Response.item_id == Item.id, Response.question_id == question_id, Response.status.in_(DONE_STATUSES)
     )
@@ -975,8 +973,6 @@ def next_unlabeled_item(
             Suggestion.item_id == Item.id, Suggestion.question_id == question_id, without
         )
         query = query.where(~suggested.exists())
-    if before is not None:
-        query = query.where(Item.id < before)
     query = narrowed(query, Item.id, exclude, shares, applies)
     return session.scalar(query.order_by(Item.id).limit(1))
 

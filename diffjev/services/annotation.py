@@ -20,9 +20,9 @@ Queues, for one question (see `diffjev.active` for what each measure is for):
 
 Unless a run is picked, a queue reads each item's current suggestion: the one from the latest run that
 read the item. A refused or failed run, or one still reading, never empties a queue or hides the
-suggestions already there. An item no run has read is in the unlabeled queues (`in_order`, in both views)
-with nothing chosen, except while a run is reading: then it waits for its read. An empty queue has a
-reason a person can act on: `empty_queue_reason`.
+suggestions already there. An item no run has read is in the unlabeled queues (`in_order`, in both views),
+after the read ones, with nothing chosen, except while a run is reading: then it waits for its read.
+An empty queue has a reason a person can act on: `empty_queue_reason`.
 """
 
 from __future__ import annotations
@@ -170,9 +170,8 @@ def next_card(
             item_id = repo.next_changed_since_seen(session, compared, row, since, exclude, shares, applies)
         else:
             item_id = repo.next_in_queue(session, run_id, row, strategy, exclude, shares=shares, applies=applies)
-            if strategy == "in_order" and _unread_offered(session, project_id, run_id):
-                unread = _first_unread(session, project_id, row, item_id, exclude, shares, applies)
-                item_id = unread if unread is not None else item_id
+            if item_id is None and strategy == "in_order" and _unread_offered(session, project_id, run_id):
+                item_id = _first_unread(session, project_id, row, exclude, shares, applies)
         return item_id
 
     def claim(session) -> int | None:
@@ -200,14 +199,11 @@ def _unread_offered(session, project_id: int, run_id: int | None) -> bool:
     return run_id is None and not repo.run_reading(session, project_id)
 
 
-def _first_unread(
-    session, project_id: int, row: int, before: int | None, exclude, shares=None, applies=None
-) -> int | None:
-    """The first unanswered item with no suggestion for the question, in item order, before item `before`
-    (the first read item the queue holds): the two together are the queue in item order."""
-    return repo.next_unlabeled_item(
-        session, project_id, row, exclude, shares, applies, without=repo.of_run(None), before=before
-    )
+def _first_unread(session, project_id: int, row: int, exclude, shares=None, applies=None) -> int | None:
+    """The first unanswered item with no suggestion for the question, in item order. The unlabeled queue
+    serves these once its read items are answered: looked for only then, the search (a scan past the
+    answered items) costs nothing while read items remain, however large the project."""
+    return repo.next_unlabeled_item(session, project_id, row, exclude, shares, applies, without=repo.of_run(None))
 
 
 def _applies(question: Question, rows: dict[str, int], annotator: str, run_id: int | None) -> Any:
@@ -858,10 +854,10 @@ def next_item_card(
             found = [repo.next_unlabeled_item(session, project_id, row, exclude, shares[row]) for row in question_rows]
             return min((i for i in found if i is not None), default=None)
         found = _first_open_item(session, run, shares, strategy, exclude)
-        if strategy == "in_order" and _unread_offered(session, project_id, run):
-            for row in question_rows:  # an item is open while any question is: one without a read counts
-                unread = _first_unread(session, project_id, row, found, exclude, shares[row])
-                found = unread if unread is not None else found
+        if found is None and strategy == "in_order" and _unread_offered(session, project_id, run):
+            # an item is open while any question is: one without a read counts
+            unread = [_first_unread(session, project_id, row, exclude, shares[row]) for row in question_rows]
+            found = min((i for i in unread if i is not None), default=None)
         return found
 
     def claim(session) -> int | None:
