@@ -69,7 +69,8 @@ def two_runs_of_one_model() -> Bundle:
     org = ModelAnswer("ner.ORG", "12-16", {}, 0.9, ())
     older = [intent("billing", 0.6), org]
     newer = [intent("fault", 0.8)]
-    record = Record(TEXT, "t1", predictions={"run-3": older, "run-7": newer}, where="item t1")
+    # the record lists the newer run first: which run is the latest is the bundle's order
+    record = Record(TEXT, "t1", predictions={"run-7": newer, "run-3": older}, where="item t1")
     runs = {
         "run-3": RunInfo("run-3", "djev", "ticket-bert-v1"),
         "run-7": RunInfo("run-7", "djev", "ticket-bert-v1"),
