@@ -23,9 +23,13 @@ adjudication (the settled answer, the reviewer and their comment: Argilla record
 The diffjev schema itself (kinds, criteria, staging) goes beside Argilla's files in `.argilla/diffjev.json`,
 which Argilla ignores; a folder without it is read from the settings alone.
 
+Writing, a question's one suggestion is the latest run's (the bundle's order) that answered it, its agent
+the run's model name (bundle.run_names); metadata.diffjev.runs maps that name back to the run's key.
+
 A suggestion read from Argilla alone becomes a distribution by one rule: the suggested answer gets the
 score and the other answers share the rest evenly (no score: the suggested answer gets 1). A multi-label
-suggestion's scores are P(yes) of the labels it lists; a label it leaves out has P(yes) = 0.
+suggestion's scores are P(yes) of the labels it lists; a label it leaves out has P(yes) = 0, unless
+metadata.diffjev holds the run's answers to that question: then a label missing from them was not answered.
 """
 
 from __future__ import annotations

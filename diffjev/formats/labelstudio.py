@@ -27,6 +27,10 @@ Predictions are grouped by `model_version` into runs. A prediction's per-answer 
 result's `score` (else the prediction's `score`, else 1) and the other answers share the rest evenly; for a
 multiple Choices tag a chosen label gets P(yes) = score and an unchosen one P(yes) = 1 - score.
 
+Writing, a run's `model_version` is its model's name (bundle.run_names: "model@version", " (run 7)" where two
+runs share one) and meta.diffjev.runs maps that name back to the run's key; each annotator has one
+`completed_by` for the whole export (an "ls-user-<id>" read from Label Studio keeps its id).
+
 What Label Studio's results cannot hold (which person a numeric `completed_by` was, a skip of one question, a
 staged question not asked, a span answer "none", a model's skipped reads, a run's engine) travels in the task's
 `meta` under the key "diffjev", which Label Studio keeps on import and writes back on export.
