@@ -360,6 +360,12 @@ def latest_run(session: Session, project_id: int, unfinished_only: bool = False)
     return session.scalar(query.order_by(Run.id.desc()).limit(1))
 
 
+def run_reading(session: Session, project_id: int) -> bool:
+    """Whether a run of the project is reading now: the items it has not read yet wait for their read."""
+    running = select(Run.id).where(Run.project_id == project_id, Run.status == "running")
+    return session.scalar(select(running.exists())) or False
+
+
 def _has_reads(run_id_column) -> Any:
     return select(ItemRead.id).where(ItemRead.run_id == run_id_column, ItemRead.status == "ok").exists()
 
@@ -954,12 +960,19 @@ def next_unlabeled_item(
     exclude: Iterable[int] = (),
     shares: Sequence[tuple[int, int]] | None = None,
     applies: Any = None,
+    without: Any = None,
 ) -> int | None:
-    """Without a run, the first item in id order that nobody has answered for this question."""
+    """The first item in id order that nobody has answered for this question; with `without` (a condition
+    on Suggestion: one run's, or the current ones, see `of_run`), the first that has no such suggestion."""
     answered = select(Response.id).where(
         Response.item_id == Item.id, Response.question_id == question_id, Response.status.in_(DONE_STATUSES)
     )
     query = select(Item.id).where(Item.project_id == project_id, ~answered.exists())
+    if without is not None:
+        suggested = select(Suggestion.id).where(
+            Suggestion.item_id == Item.id, Suggestion.question_id == question_id, without
+        )
+        query = query.where(~suggested.exists())
     query = narrowed(query, Item.id, exclude, shares, applies)
     return session.scalar(query.order_by(Item.id).limit(1))
 

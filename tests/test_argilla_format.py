@@ -235,7 +235,9 @@ def test_the_written_folder_is_argillas_form(tmp_path):
     assert settings["questions"][1]["settings"]["visible_options"] is None  # Argilla refuses fewer than 3
     assert settings["allow_extra_metadata"] is True  # the record metadata carries diffjev's facts
     record = json.loads((tmp_path / "out" / "records.json").read_text())[0]
-    assert record["suggestions"]["tags"] == {"value": ["a"], "score": [0.65], "agent": "run-1"}
+    # each question's suggestion is from the latest run that answered it, shown by its model
+    assert record["suggestions"]["tags"] == {"value": ["a"], "score": [0.65], "agent": "google/gemma-3-1b@abc123"}
+    assert record["suggestions"]["urgent"] == {"value": "yes", "score": 0.55, "agent": "google/gemma-3-4b"}
     assert record["suggestions"]["ner"]["value"] == [{"start": 0, "end": 3, "label": "PER"}]
     assert {r["value"] for r in record["responses"]["mood"]} == {2, 1}
     assert all(len(r["user_id"]) == 36 for rs in record["responses"].values() for r in rs)  # user ids are UUIDs

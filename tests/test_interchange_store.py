@@ -5,7 +5,7 @@ that does not fit is refused whole, naming the record and the field."""
 import dataclasses
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import Integer, func, select
 
 from diffjev.formats.bundle import HumanAnswer, InterchangeError, ModelAnswer, SpanMark
 from diffjev.services.interchange import import_bundle, project_bundle
@@ -189,3 +189,25 @@ def test_items_and_people_meet_the_checks_a_plain_import_makes(source, tmp_path,
     assert refused.value.field == field and said in str(refused.value) and "\n" not in str(refused.value), str(
         refused.value
     )
+
+
+def test_an_answer_given_beside_a_prediction_in_the_file_is_not_a_blind_one(source, tmp_path):
+    """Label Studio and Argilla show their predictions to the annotator: an imported answer to a question the
+    file predicted must stay out of calibration's blind slice; one with no prediction beside it may be in it."""
+    bundle = project_bundle(source, "tickets")
+    first, second = bundle.records[0], bundle.records[1]
+    second.predictions = {}
+    second.model_skipped = {}
+    target = Database(tmp_path / "target.db")
+    import_bundle(target, "moved", bundle, "importer")
+    with target.read() as session:
+        shown = dict(
+            session.execute(
+                select(Item.external_id, func.max(Response.suggestion_shown.cast(Integer)))
+                .join(Item, Item.id == Response.item_id)
+                .where(Response.status == "submitted")
+                .group_by(Item.external_id)
+            ).all()
+        )
+    assert first.predictions and shown["t1"] == 1
+    assert shown["t2"] == 0

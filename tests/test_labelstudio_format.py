@@ -432,7 +432,8 @@ def test_written_tasks_are_label_studio_shaped(tmp_path):
     regions = {(r["from_name"], r["type"]) for r in bo["result"]}
     assert regions == {("stars", "rating"), ("ner", "labels")}
     (prediction,) = task["predictions"]
-    assert prediction["model_version"] == "run-3"
+    assert prediction["model_version"] == "tiny-gemma@abc123"  # the run's model, its key in meta
+    assert task["meta"]["diffjev"]["runs"]["run-3"]["name"] == "tiny-gemma@abc123"
     assert prediction["score"] == pytest.approx((0.7 + 0.5 + 0.8 + 0.9 + 0.6 + 0.75) / 6)
     topics = next(r for r in prediction["result"] if r["from_name"] == "topics")
     assert topics["value"] == {"choices": ["a"]}

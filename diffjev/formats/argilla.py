@@ -23,9 +23,13 @@ adjudication (the settled answer, the reviewer and their comment: Argilla record
 The diffjev schema itself (kinds, criteria, staging) goes beside Argilla's files in `.argilla/diffjev.json`,
 which Argilla ignores; a folder without it is read from the settings alone.
 
+Writing, a question's one suggestion is the latest run's (the bundle's order) that answered it, its agent
+the run's model name (bundle.run_names); metadata.diffjev.runs maps that name back to the run's key.
+
 A suggestion read from Argilla alone becomes a distribution by one rule: the suggested answer gets the
 score and the other answers share the rest evenly (no score: the suggested answer gets 1). A multi-label
-suggestion's scores are P(yes) of the labels it lists; a label it leaves out has P(yes) = 0.
+suggestion's scores are P(yes) of the labels it lists; a label it leaves out has P(yes) = 0, unless
+metadata.diffjev holds the run's answers to that question: then a label missing from them was not answered.
 """
 
 from __future__ import annotations
@@ -39,7 +43,6 @@ from typing import Any
 from diffjev.errors import SchemaError
 from diffjev.formats import extras as shapes
 from diffjev.formats.bundle import (
-    score_distribution,
     Adjudication,
     Bundle,
     HumanAnswer,
@@ -48,6 +51,8 @@ from diffjev.formats.bundle import (
     Record,
     RunInfo,
     SpanMark,
+    run_names,
+    score_distribution,
 )
 from diffjev.io import atomic_path, unstorable_text
 from diffjev.schema import Question, Schema
@@ -323,6 +328,9 @@ def _read_record(
         record.answers.append(_human_from_facts(facts))
 
     suggestions = raw.get("suggestions") or {}
+    keys = {run.name: key for key, run in extras.runs.items() if run.name is not None}  # agent -> run key
+    for key, info in extras.runs.items():  # first, so the runs keep the order diffjev wrote them in
+        bundle.runs[key] = info.info(key)
     for qname, s in suggestions.items():
         if not isinstance(s, dict) or qname not in by_argilla:
             continue
@@ -331,17 +339,23 @@ def _read_record(
             raise InterchangeError(
                 file, where, f"suggestions.{qname}.agent", f"{agent!r} is no agent; name the model or person (text)"
             )
-        key = agent or NO_AGENT
+        key = keys.get(agent, agent) or NO_AGENT
         bundle.runs.setdefault(key, RunInfo(key, ENGINE, key))
         answers = record.predictions.setdefault(key, [])
         for t in by_argilla[qname]:
             answers.append(_suggested(t, s, schema.question(t.qid), text, file, where))
-    for key, info in extras.runs.items():
-        bundle.runs[key] = info.info(key)
+    group_of = {t.qid: t.argilla for t in targets}
     for key, answers in extras.predictions.items():
-        # diffjev's own answers of a run replace what Argilla's one score per suggestion kept of them
+        # diffjev's own answers of a run replace what Argilla's one score per suggestion kept of them; a
+        # multi-label suggestion says "no" of every label it leaves out, but where diffjev holds the run's
+        # answers to that question, a label missing from them is one the run never answered
         kept = {a.question: a.model_answer(a.question) for a in answers}
-        current = [a for a in record.predictions.get(key, []) if a.question not in kept]
+        answered = {group_of.get(qid) for qid in kept}
+        current = [
+            a
+            for a in record.predictions.get(key, [])
+            if a.question not in kept and group_of.get(a.question) not in answered
+        ]
         record.predictions[key] = _in_order(current + list(kept.values()), targets)
     record.model_skipped = {key: shapes.skips(skipped) for key, skipped in extras.model_skipped.items()}
     settled = extras.adjudications or []
@@ -528,7 +542,9 @@ def write_argilla(bundle: Bundle, folder: str | Path) -> None:
         _dump(temp / SETTINGS, _settings(bundle, groups))
         places = {q.id: [g.name, g.label(q)] for g in groups for q in g.questions}
         _dump(temp / SIDECAR, {"schema": bundle.schema.to_dict(), "questions": places})
-        _dump(temp / RECORDS, [_record(bundle, record, groups) for record in bundle.records])
+        extra_keys = [key for record in bundle.records for key in (*record.predictions, *record.model_skipped)]
+        names = run_names(bundle.runs, extra_keys)
+        _dump(temp / RECORDS, [_record(bundle, record, groups, names) for record in bundle.records])
 
 
 def _dump(path: Path, data: Any) -> None:
@@ -646,7 +662,8 @@ def _marks(q: Question, value: str | None, spans: tuple[SpanMark, ...] | None, t
     return tuple(SpanMark(s.start, s.end, s.text) for s in parse_span_value(value or "none", text, q.kind))
 
 
-def _record(bundle: Bundle, record: Record, groups: list[_Group]) -> dict[str, Any]:
+def _record(bundle: Bundle, record: Record, groups: list[_Group], names: dict[str, str]) -> dict[str, Any]:
+    """One record; `names` are the runs' agents (bundle.run_names)."""
     extras: dict[str, Any] = {}
     annotators: dict[str, str] = {}
     facts: list[dict[str, Any]] = []
@@ -677,21 +694,29 @@ def _record(bundle: Bundle, record: Record, groups: list[_Group]) -> dict[str, A
                 {"value": _response_value(g, given, record.text, bundle), "user_id": uid}
             )
     suggestions: dict[str, dict[str, Any]] = {}
-    shown = next((key for key in bundle.runs if record.predictions.get(key)), next(iter(record.predictions), None))
-    if shown is not None:
-        by_question = {a.question: a for a in record.predictions[shown]}
-        for g in groups:
+    # Argilla keeps one suggestion per question: the latest run's (the bundle lists its runs oldest first)
+    # that answered it; the older runs' answers ride in the metadata below
+    oldest_first = dict.fromkeys([*bundle.runs, *record.predictions])
+    latest_first = [key for key in reversed(oldest_first) if record.predictions.get(key)]
+    for g in groups:
+        for key in latest_first:
+            by_question = {a.question: a for a in record.predictions[key]}
             suggestion = _suggestion(g, [by_question[q.id] for q in g.questions if q.id in by_question])
             if suggestion is not None:
-                suggestions[g.name] = {**suggestion, "agent": shown}
+                suggestions[g.name] = {**suggestion, "agent": names[key]}
+                break
     predictions = {key: [_answer_dict(a) for a in answers] for key, answers in record.predictions.items() if answers}
-    runs = {key: bundle.runs[key] for key in record.predictions if key in bundle.runs}
+    runs = {key: info for key, info in bundle.runs.items() if key in record.predictions or key in record.model_skipped}
     for name, value in (
         ("annotators", annotators),
         ("answers", facts),
         (
             "runs",
-            {k: {"engine": r.engine, "model": r.model, "model_version": r.model_version} for k, r in runs.items()},
+            {
+                k: {"engine": r.engine, "model": r.model, "model_version": r.model_version}
+                | ({"name": names[k]} if names[k] != k else {})  # the agent shown: reading maps it back to k
+                for k, r in runs.items()
+            },
         ),
         ("predictions", predictions),
         ("model_skipped", record.model_skipped),

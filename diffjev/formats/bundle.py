@@ -11,8 +11,10 @@ the item text, end exclusive, as Label Studio, Argilla and spaCy count).
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 from diffjev.io import SourceError
 from diffjev.schema import Schema
@@ -111,3 +113,34 @@ def score_distribution(names: tuple[str, ...] | list[str], answer: str, score: f
     evenly."""
     rest = (1.0 - score) / (len(names) - 1) if len(names) > 1 else 0.0
     return {name: score if name == answer else rest for name in names}
+
+
+_RUN_KEY = re.compile(r"run-(\d+)")
+
+
+def run_names(runs: dict[str, RunInfo], keys: Iterable[str] = ()) -> dict[str, str]:
+    """The name each run is shown under in another tool (Label Studio's `model_version`, Argilla's `agent`):
+    its model, "model@version" where a version is set and is not the model again, and where two runs would
+    share a name each gets " (run 7)" after it. Keys beyond `runs` (a record's run the bundle does not
+    describe) are shown as themselves. The bundle's keys stay in diffjev's own extras, which map the names
+    back, so a file read again separates its runs as they were."""
+    bases: dict[str, str] = {}
+    for key in [*runs, *keys]:
+        info = runs.get(key)
+        if info is None or not info.model:
+            bases.setdefault(key, key)
+        elif info.model_version and info.model_version != info.model:
+            bases[key] = f"{info.model}@{info.model_version}"
+        else:
+            bases[key] = info.model
+    counts = Counter(bases.values())
+    names: dict[str, str] = {}
+    for key, base in bases.items():
+        if counts[base] > 1:
+            own = _RUN_KEY.fullmatch(key)
+            base = f"{base} (run {own[1] if own else key})"
+        name, n = base, 2
+        while name in names.values():  # a model whose own name looks like another's "(run N)"
+            name, n = f"{base} #{n}", n + 1
+        names[key] = name
+    return names

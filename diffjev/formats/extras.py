@@ -79,6 +79,7 @@ class Run(Shape):
     engine: str
     model: str
     model_version: str | None = None
+    name: str | None = None  # what the tool shows for the run (bundle.run_names), where it is not the key
 
     def info(self, key: str) -> RunInfo:
         return RunInfo(key, self.engine, self.model, self.model_version)

@@ -27,6 +27,10 @@ Predictions are grouped by `model_version` into runs. A prediction's per-answer 
 result's `score` (else the prediction's `score`, else 1) and the other answers share the rest evenly; for a
 multiple Choices tag a chosen label gets P(yes) = score and an unchosen one P(yes) = 1 - score.
 
+Writing, a run's `model_version` is its model's name (bundle.run_names: "model@version", " (run 7)" where two
+runs share one) and meta.diffjev.runs maps that name back to the run's key; each annotator has one
+`completed_by` for the whole export (an "ls-user-<id>" read from Label Studio keeps its id).
+
 What Label Studio's results cannot hold (which person a numeric `completed_by` was, a skip of one question, a
 staged question not asked, a span answer "none", a model's skipped reads, a run's engine) travels in the task's
 `meta` under the key "diffjev", which Label Studio keeps on import and writes back on export.
@@ -64,6 +68,7 @@ from diffjev.formats.bundle import (
     Record,
     RunInfo,
     SpanMark,
+    run_names,
     score_distribution,
 )
 from diffjev.io import atomic_path, unstorable_text
@@ -944,7 +949,8 @@ def _read_task(config: LabelConfig, task: Any, n: int, file: str, runs: dict[str
                 f"predictions.{n_prediction}.model_version",
                 f"{version!r} is no model version; give the version's name (text)",
             )
-        key = str(version or "labelstudio")
+        shown = str(version or "labelstudio")
+        key = next((k for k, run in ours.runs.items() if run.name == shown), shown)
         if key not in runs:
             info = ours.runs.get(key)
             runs[key] = info.info(key) if info is not None else RunInfo(key, "labelstudio", key, key)
@@ -1052,14 +1058,39 @@ def write_labelstudio(bundle: Bundle, out_path: str | Path) -> None:
     xml_text = config_from_schema(bundle.schema, bundle.text_field)
     config = schema_from_config(xml_text, "the written config")
     config = replace(config, schema=bundle.schema)
-    tasks = [_task(config, bundle, record, n) for n, record in enumerate(bundle.records)]
+    extra_keys = [key for record in bundle.records for key in (*record.predictions, *record.model_skipped)]
+    names = run_names(bundle.runs, extra_keys)
+    people = _user_ids(bundle)
+    tasks = [_task(config, bundle, record, n, names, people) for n, record in enumerate(bundle.records)]
     config_out = out_path.with_name(f"{out_path.stem}.label_config.xml")
     with atomic_path(out_path) as temp, atomic_path(config_out) as config_temp:
         temp.write_text(json.dumps(tasks, ensure_ascii=False, indent=1, default=str), encoding="utf-8")
         config_temp.write_text(xml_text, encoding="utf-8")
 
 
-def _task(config: LabelConfig, bundle: Bundle, record: Record, n: int) -> dict[str, Any]:
+LS_USER = re.compile(r"ls-user-(\d{1,18})")
+
+
+def _user_ids(bundle: Bundle) -> dict[str, int]:
+    """One Label Studio user id per annotator for the whole export, so a person is the same `completed_by` in
+    every task: an annotator read from Label Studio by number ("ls-user-12") keeps that number, the others
+    take the lowest numbers nobody holds, in the order they first answer. Their names travel in meta."""
+    people = list(dict.fromkeys(a.annotator for record in bundle.records for a in record.answers))
+    ids = {who: int(own[1]) for who in people if (own := LS_USER.fullmatch(who))}
+    taken, number = set(ids.values()), 0
+    for who in people:
+        if who not in ids:
+            number += 1
+            while number in taken:
+                number += 1
+            ids[who] = number
+    return ids
+
+
+def _task(
+    config: LabelConfig, bundle: Bundle, record: Record, n: int, names: dict[str, str], people: dict[str, int]
+) -> dict[str, Any]:
+    """One task; `names` are the runs' model_versions (bundle.run_names), `people` the annotators' user ids."""
     text = record.text
 
     def bad(field: str | None, problem: str) -> InterchangeError:
@@ -1073,7 +1104,7 @@ def _task(config: LabelConfig, bundle: Bundle, record: Record, n: int) -> dict[s
     for answer in record.answers:
         by_person.setdefault(answer.annotator, {})[answer.question] = answer
     annotations, kept = [], []
-    for number, (annotator, answers) in enumerate(by_person.items(), start=1):
+    for annotator, answers in by_person.items():
         statuses = {a.status for a in answers.values()}
         cancelled = statuses == {"skipped"}
         results = (
@@ -1083,7 +1114,7 @@ def _task(config: LabelConfig, bundle: Bundle, record: Record, n: int) -> dict[s
         )
         seconds = next((a.seconds for a in answers.values() if a.seconds is not None), None)
         annotation = {
-            "completed_by": number,
+            "completed_by": people[annotator],
             "result": results,
             "was_cancelled": cancelled,
             "ground_truth": False,
@@ -1101,10 +1132,12 @@ def _task(config: LabelConfig, bundle: Bundle, record: Record, n: int) -> dict[s
         differs.update({qid: None for qid in back if qid not in answers})
         kept.append({"annotator": annotator, "answers": differs})
     predictions, run_extra = [], {}
-    for key, answers_list in record.predictions.items():
+    # in the bundle's order of runs, which a reader takes as the order they ran in
+    for key in [k for k in dict.fromkeys([*bundle.runs, *record.predictions]) if k in record.predictions]:
+        answers_list = record.predictions[key]
         answers = {a.question: a for a in answers_list}
         prediction = {
-            "model_version": key,
+            "model_version": names[key],
             "result": _results(config, answers, model=True),
             "score": sum(a.confidence for a in answers_list) / len(answers_list) if answers_list else None,
         }
@@ -1120,7 +1153,7 @@ def _task(config: LabelConfig, bundle: Bundle, record: Record, n: int) -> dict[s
             run_extra[key] = entry
     for key, skipped in record.model_skipped.items():
         if key not in record.predictions:
-            predictions.append({"model_version": key, "result": [], "score": None})
+            predictions.append({"model_version": names[key], "result": [], "score": None})
             run_extra[key] = {"skipped": skipped}
     ours: dict[str, Any] = {"external_id": record.external_id, "annotations": kept}
     for settled in record.adjudications:
@@ -1130,15 +1163,13 @@ def _task(config: LabelConfig, bundle: Bundle, record: Record, n: int) -> dict[s
         ours["adjudications"] = [_settled_json(a) for a in record.adjudications]
     if run_extra:
         ours["predictions"] = run_extra
-    runs = {
-        key: {
-            "engine": bundle.runs[key].engine,
-            "model": bundle.runs[key].model,
-            "model_version": bundle.runs[key].model_version,
-        }
-        for key in record.predictions.keys() | record.model_skipped.keys()
-        if key in bundle.runs
-    }
+    runs: dict[str, Any] = {}
+    for key in dict.fromkeys([*record.predictions, *record.model_skipped]):
+        if key in bundle.runs:
+            info = bundle.runs[key]
+            runs[key] = {"engine": info.engine, "model": info.model, "model_version": info.model_version}
+            if names[key] != key:  # the name Label Studio shows: reading maps it back to the run's key
+                runs[key]["name"] = names[key]
     if runs:
         ours["runs"] = runs
     task: dict[str, Any] = {

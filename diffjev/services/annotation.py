@@ -20,7 +20,9 @@ Queues, for one question (see `diffjev.active` for what each measure is for):
 
 Unless a run is picked, a queue reads each item's current suggestion: the one from the latest run that
 read the item. A refused or failed run, or one still reading, never empties a queue or hides the
-suggestions already there. An empty queue has a reason a person can act on: `empty_queue_reason`.
+suggestions already there. An item no run has read is in the unlabeled queues (`in_order`, in both views),
+after the read ones, with nothing chosen, except while a run is reading: then it waits for its read.
+An empty queue has a reason a person can act on: `empty_queue_reason`.
 """
 
 from __future__ import annotations
@@ -168,6 +170,8 @@ def next_card(
             item_id = repo.next_changed_since_seen(session, compared, row, since, exclude, shares, applies)
         else:
             item_id = repo.next_in_queue(session, run_id, row, strategy, exclude, shares=shares, applies=applies)
+            if item_id is None and strategy == "in_order" and _unread_offered(session, project_id, run_id):
+                item_id = _first_unread(session, project_id, row, exclude, shares, applies)
         return item_id
 
     def claim(session) -> int | None:
@@ -185,6 +189,21 @@ def next_card(
         return None
     shown_run = compared if strategy in ("run_disagreement", "changed") else run_id
     return load_card(db, project_id, item_id, question, row, shown_run, annotator, blind=strategy == "blind")
+
+
+def _unread_offered(session, project_id: int, run_id: int | None) -> bool:
+    """Whether the unlabeled queue offers the items no run has read, with nothing chosen: yes unless a run
+    is picked (its queue is its reads) or one is reading now (its items wait for their read rather than
+    being shown bare; the page picks each read up by itself). An item imported after the last run, or a
+    task no model predicted in an imported project, gets no read by waiting."""
+    return run_id is None and not repo.run_reading(session, project_id)
+
+
+def _first_unread(session, project_id: int, row: int, exclude, shares=None, applies=None) -> int | None:
+    """The first unanswered item with no suggestion for the question, in item order. The unlabeled queue
+    serves these once its read items are answered: looked for only then, the search (a scan past the
+    answered items) costs nothing while read items remain, however large the project."""
+    return repo.next_unlabeled_item(session, project_id, row, exclude, shares, applies, without=repo.of_run(None))
 
 
 def _applies(question: Question, rows: dict[str, int], annotator: str, run_id: int | None) -> Any:
@@ -598,11 +617,14 @@ def empty_queue_reason(
             if reason:
                 return reason
         unanswered = _unanswered(session, project_id, row)
-        unread = _unanswered(session, project_id, row, without=source) if latest is not None else 0
+        # Items without a suggestion are in the unlabeled queue itself (unless a run is picked or reading),
+        # so there they are counted only as skipped or held; every other queue orders by the model's reads.
+        offered = strategy == "in_order" and _unread_offered(session, project_id, run)
+        unread = _unanswered(session, project_id, row, without=source) if latest is not None and not offered else 0
         held = len(repo.leased_by_others(session, row, annotator, utcnow()))
     if unanswered == 0 and strategy not in ("second_opinion", "overlap"):
         return f"Every item has an answer to {qid}. Choose another question, or review the answers."
-    return _leftover_reason(strategy, qid, unanswered, skipped, held, unread)
+    return _leftover_reason(strategy, qid, unanswered, skipped, held, unread, picked.id if picked else None)
 
 
 def _structural_reason(strategy: str, qid: str, runs: int, others: int) -> str | None:
@@ -648,19 +670,33 @@ def _run_reason(session, run: Run, row: int, qid: str, source) -> str | None:
     )
 
 
-def _leftover_reason(strategy: str, qid: str, unanswered: int, skipped: int, held: int, unread: int) -> str:
-    """Open items remain, but none for this annotator in this queue: say where they are."""
+def _leftover_reason(
+    strategy: str, qid: str, unanswered: int, skipped: int, held: int, unread: int, picked: int | None = None
+) -> str:
+    """Open items remain, but none for this annotator in this queue: say where they are. `unread` items have
+    no suggestion from the picked run (`picked`), or from any run."""
     parts = []
     if unread and strategy not in ("second_opinion", "overlap", "changed"):
-        parts.append(
-            f"{unread} {'has' if unread == 1 else 'have'} no suggestion from the latest run "
-            "(imported after it: pre-label them in the Pre-label tab)"
-        )
+        one = unread == 1
+        it = "it" if one else "them"
+        if picked is None:
+            parts.append(
+                f"{unread} {'has' if one else 'have'} no suggestion from any run (choose 'Unlabeled, in order' "
+                f"to answer {it} with nothing chosen, or pre-label {it} in the Pre-label tab)"
+            )
+        else:
+            parts.append(
+                f"{unread} {'has' if one else 'have'} no suggestion from run #{picked} (choose "
+                f"'Latest reads per item' to answer {it}, or pre-label {it} in the Pre-label tab)"
+            )
     if skipped:
-        parts.append(f"you skipped {skipped} (choose the 'Skipped' queue to see them again)")
+        parts.append(
+            f"you skipped {skipped} (choose the 'Skipped' queue to see {'it' if skipped == 1 else 'them'} again)"
+        )
     if held:
         parts.append(f"{held} {'is' if held == 1 else 'are'} being answered by other annotators right now")
-    where = f" Of the {unanswered} items without an answer to {qid}, " + " and ".join(parts) + "." if parts else ""
+    items = "item" if unanswered == 1 else "items"
+    where = f" Of the {unanswered} {items} without an answer to {qid}, " + " and ".join(parts) + "." if parts else ""
     if strategy == "run_disagreement":
         return "The two latest runs agree on every open item." + where
     if strategy == "changed":
@@ -817,7 +853,12 @@ def next_item_card(
         if latest is None and run is None:  # no run has read anything: items in order
             found = [repo.next_unlabeled_item(session, project_id, row, exclude, shares[row]) for row in question_rows]
             return min((i for i in found if i is not None), default=None)
-        return _first_open_item(session, run, shares, strategy, exclude)
+        found = _first_open_item(session, run, shares, strategy, exclude)
+        if found is None and strategy == "in_order" and _unread_offered(session, project_id, run):
+            # an item is open while any question is: one without a read counts
+            unread = [_first_unread(session, project_id, row, exclude, shares[row]) for row in question_rows]
+            found = min((i for i in unread if i is not None), default=None)
+        return found
 
     def claim(session) -> int | None:
         while True:

@@ -89,7 +89,8 @@ def import_bundle(db: Database, project_name: str, bundle: Bundle, actor: str) -
         answers = 0
         for (record, _), item_id in zip(records, item_ids):
             for answer in record.answers:
-                given = _response(answer, questions[answer.question], item_id, rows, record.text)
+                predicted = any(m.question == answer.question for ms in record.predictions.values() for m in ms)
+                given = _response(answer, questions[answer.question], item_id, rows, record.text, predicted)
                 if stored.get((item_id, given.question_id, given.annotator)) == _as_stored(given):
                     continue  # held already, as it is: no new revision
                 repo.respond(session, given)
@@ -249,8 +250,12 @@ def _settled_value(settled: Adjudication, question: Question, text: str) -> str:
 
 
 def _response(
-    answer: HumanAnswer, question: Question, item_id: int, rows: dict[str, int], text: str
+    answer: HumanAnswer, question: Question, item_id: int, rows: dict[str, int], text: str, predicted: bool
 ) -> repo.ResponseInput:
+    """`predicted`: the file holds a model's answer to the question for this item. The other tools show a
+    prediction to whoever annotates (Label Studio's pre-annotations, Argilla's suggestions), so such an
+    answer is not counted as a blind one: calibration's blind slice keeps to answers given without a
+    suggestion in sight."""
     value, detail = _human_value(answer, question, text)
     status = "skipped" if answer.status == "submitted" and value is None and detail is None else answer.status
     return repo.ResponseInput(
@@ -260,6 +265,7 @@ def _response(
         value,
         answer.source,
         status,
+        suggestion_shown=predicted,
         seconds=answer.seconds,
         detail=detail,
     )
