@@ -64,6 +64,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DIFFJEV_MAX_ITEM_CHARS", "100000", "the longest item text imported, in characters"),
     Setting("DIFFJEV_ENGINE_URLS", "unset", "more engine servers a user may name in the Pre-label tab"),
     Setting("DIFFJEV_MODEL_DIR", "./models", "model folders a user may name in the Pre-label tab"),
+    Setting(
+        "DIFFJEV_LS_BACKEND_API_KEY",
+        "unset: answers anyone",
+        "`diffjev serve-ls-backend`'s key (Label Studio sends it as the basic-auth password)",
+    ),
     Setting("DIFFJEV_OVERLAP", "10", "percent of items answered by two annotators"),
     Setting("DIFFJEV_CSV_ESCAPE", "1", "0: write CSV cells verbatim, spreadsheet formulas unescaped"),
     Setting("HF_HUB_OFFLINE", "unset", "1: never ask the Hugging Face Hub for a model"),
