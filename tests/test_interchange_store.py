@@ -10,6 +10,7 @@ from sqlalchemy import Integer, func, select
 from diffjev.formats.bundle import HumanAnswer, InterchangeError, ModelAnswer, SpanMark
 from diffjev.services.interchange import import_bundle, project_bundle
 from interchange_fixtures import TEXTS, comparable, full_project
+from storage import repo
 from storage.db import Database
 from storage.models import Item, Response, Run, Suggestion
 
@@ -211,3 +212,30 @@ def test_an_answer_given_beside_a_prediction_in_the_file_is_not_a_blind_one(sour
         )
     assert first.predictions and shown["t1"] == 1
     assert shown["t2"] == 0
+
+
+@pytest.mark.parametrize("same_text", [False, True])
+def test_one_id_twice_in_a_file_is_refused_naming_both_records(source, tmp_path, same_text):
+    """Two records under one id would put both records' answers (and spans, given on different texts) on
+    one item, or meet twice in one run's reads: the file is refused whole."""
+    bundle = project_bundle(source, "tickets")
+    bundle.source = "dup.json"
+    bundle.records[0].where, bundle.records[1].where = "task 101", "task 102"
+    bundle.records[1].external_id = bundle.records[0].external_id
+    if same_text:
+        bundle.records[1].text = bundle.records[0].text
+    target = Database(tmp_path / "t.db")
+    with pytest.raises(InterchangeError) as refused:
+        import_bundle(target, "moved", bundle, "importer")
+    message = str(refused.value)
+    assert message.startswith("dup.json: task 102: field 'id':") and "task 101" in message, message
+    with target.read() as session:
+        assert session.scalar(select(func.count()).select_from(Item)) == 0
+
+
+def test_a_project_made_from_a_file_is_refused_where_the_name_was_taken_meanwhile(source, tmp_path):
+    """The studio makes a new project from a file: checked in the import's own transaction, a name taken
+    while the file was read is refused, never added to."""
+    bundle = project_bundle(source, "tickets")
+    with pytest.raises(repo.Conflict, match="already exists"):
+        import_bundle(source, "tickets", bundle, "importer", new_project=True)

@@ -64,15 +64,21 @@ class BundleReport:
 # In ---------------------------------------------------------------------------------------------------------
 
 
-def import_bundle(db: Database, project_name: str, bundle: Bundle, actor: str) -> BundleReport:
+def import_bundle(
+    db: Database, project_name: str, bundle: Bundle, actor: str, new_project: bool = False
+) -> BundleReport:
     """Store `bundle` into `project_name` (made with the bundle's schema where it does not exist) in one
-    transaction. Raises InterchangeError, having stored nothing, for a record the schema cannot hold."""
+    transaction. Raises InterchangeError, having stored nothing, for a record the schema cannot hold.
+    With `new_project`, a project of that name is refused (repo.Conflict), checked inside the transaction."""
     file = bundle.source or "the file"
+    _check_ids(bundle, file)
 
     def work(session) -> BundleReport:
         created = False
         try:
             project = repo.get_project(session, project_name)
+            if new_project:
+                raise repo.Conflict(f"a project named {project_name!r} already exists; pick another name")
         except repo.NotFound:
             project = repo.create_project(session, project_name, bundle.schema, actor, text_field=bundle.text_field)
             created = True
@@ -123,6 +129,21 @@ def import_bundle(db: Database, project_name: str, bundle: Bundle, actor: str) -
         )
 
     return db.write(work)
+
+
+def _check_ids(bundle: Bundle, file: str) -> None:
+    """Each id once in a file: two records under one id would share one item's answers and reads."""
+    seen: dict[str, str] = {}
+    for n, record in enumerate(bundle.records):
+        if record.external_id is None:
+            continue
+        where = record.where or f"record {n + 1}"
+        if record.external_id in seen:
+            shown = record.external_id if len(record.external_id) <= 80 else record.external_id[:80] + "..."
+            raise InterchangeError(
+                file, where, "id", f"the id {shown!r} is {seen[record.external_id]}'s too; give each item its own id"
+            )
+        seen[record.external_id] = where
 
 
 def _check_fits(stored: Schema, incoming: Schema, file: str, project: str) -> None:

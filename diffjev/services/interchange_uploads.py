@@ -124,8 +124,8 @@ def create_project_from_upload(
     with tempfile.TemporaryDirectory(prefix="diffjev-upload-") as scratch:
         bundle = read_upload(fmt, source, config, Path(scratch))
     try:
-        return import_bundle(db, name, bundle, actor)
-    except repo.Conflict as exc:  # the name is not one a project may have, or was taken a moment ago
+        return import_bundle(db, name, bundle, actor, new_project=True)
+    except repo.Conflict as exc:  # the name is not one a project may have, or was taken while the file was read
         raise ProjectInputError(f"name: {exc}") from None
 
 
