@@ -176,3 +176,17 @@ def test_a_new_run_of_the_same_engine_inherits_the_kept_temperature(tmp_path, dg
     second = start_run(db, "p", dgemma_engine, only_unlabeled=True)
     with db.read() as session:
         assert repo.kept_temperature(session, second, row) == pytest.approx(1.7)
+
+
+def test_runs_compare_on_a_project_with_span_questions(tmp_path, dgemma_engine):
+    """A span answer has no distribution over answer names: the comparison of runs leaves span questions
+    out and compares the others (it failed on every project with a span question)."""
+    from diffjev.services.calibration import calibrate, compare_runs
+    from interchange_fixtures import SCHEMA, full_project
+
+    db = full_project(tmp_path / "spans.db", dgemma_engine)
+    table = compare_runs(db, "tickets")
+    spans = {q["id"] for q in SCHEMA["questions"] if q["type"] in ("span", "spans")}
+    assert {row["question"] for row in table} == {q["id"] for q in SCHEMA["questions"]} - spans
+    assert next(row for row in table if row["question"] == "urgent")["answered"] == 2
+    assert calibrate(db, "tickets", table[0]["run"], "product") is None

@@ -114,6 +114,8 @@ def calibrate(
     question = project_question(schema, question_key)
     with db.read() as session:
         repo.get_run(session, run_id, project_id)  # another project's run is not found
+    if question.type.reads != "slot":  # a span answer has no distribution over answers to calibrate
+        return None
     pairs = _pairs(db, run_id, rows[question_key])
     blind = [p for p in pairs if p[2]]
     used, pairs = ("blind", blind) if len(blind) >= MIN_BLIND else ("all", pairs)
@@ -168,7 +170,7 @@ def compare_runs(db: Database, project_name: str) -> list[dict[str, Any]]:
     table = []
     for run_id, engine, model in runs:
         passes, latency, read_items = costs[run_id]
-        for q in schema.questions:
+        for q in (q for q in schema.questions if q.type.reads == "slot"):  # span answers have no distribution
             found = calibrate(db, project_name, run_id, q.id, full=False)
             table.append(
                 {
