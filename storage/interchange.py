@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
-from storage.models import Adjudication, Item, ItemRead, Response, Run, Suggestion
+from storage.models import Adjudication, Event, Item, ItemRead, Response, Run, Suggestion, utcnow
 
 
 def item_page(session: Session, project_id: int, after: int, limit: int) -> list[Any]:
@@ -162,3 +162,53 @@ def item_ids_by_key(
         else {}
     )
     return by_id, by_hash
+
+
+def insert_new_responses(session: Session, project_id: int, answers: Sequence[Any]) -> None:
+    """Store many people's answers at once, in the caller's transaction, each with its event as
+    repo.respond writes them: for a project an import has just made, where no answer and no suggestion
+    exists yet (so there is nothing to update, and no queue flag to keep). `answers` are
+    repo.ResponseInput."""
+    if not answers:
+        return
+    now = utcnow()
+    rows = [
+        {
+            "item_id": a.item_id,
+            "question_id": a.question_id,
+            "annotator": a.annotator,
+            "value": a.value,
+            "source": a.source,
+            "status": a.status,
+            "suggestion_id": a.suggestion_id,
+            "suggestion_shown": a.suggestion_shown,
+            "seconds": a.seconds,
+            "detail": a.detail,
+            "revision": 1,
+            "created_at": now,
+            "updated_at": now,
+        }
+        for a in answers
+    ]
+    ids = session.scalars(insert(Response).returning(Response.id, sort_by_parameter_order=True), rows).all()
+    session.execute(
+        insert(Event),
+        [
+            {
+                "actor": a.annotator,
+                "kind": f"response.{a.status}",
+                "project_id": project_id,
+                "item_id": a.item_id,
+                "question_id": a.question_id,
+                "payload": {
+                    "response_id": response_id,
+                    "value": a.value,
+                    "source": a.source,
+                    "before": None,
+                    "revision": 1,
+                },
+                "at": now,
+            }
+            for a, response_id in zip(answers, ids)
+        ],
+    )

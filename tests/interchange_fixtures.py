@@ -5,6 +5,8 @@ skipped item, corrected and span answers). Round-trip tests of every format star
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from diffjev import Schema
@@ -15,6 +17,7 @@ from diffjev.services.prelabel import prelabel
 from storage import repo
 from storage.db import Database
 
+DATA = Path(__file__).parent / "data"
 SCHEMA = {
     "questions": [
         {"id": "urgent", "type": "yes_no", "instructions": "Does the customer need a reply within the hour?"},

@@ -12,7 +12,7 @@ from diffjev.services.interchange import import_bundle, project_bundle
 from interchange_fixtures import TEXTS, comparable, full_project
 from storage import repo
 from storage.db import Database
-from storage.models import Item, Response, Run, Suggestion
+from storage.models import Event, Item, Response, Run, Suggestion
 
 
 @pytest.fixture
@@ -239,3 +239,21 @@ def test_a_project_made_from_a_file_is_refused_where_the_name_was_taken_meanwhil
     bundle = project_bundle(source, "tickets")
     with pytest.raises(repo.Conflict, match="already exists"):
         import_bundle(source, "tickets", bundle, "importer", new_project=True)
+
+
+def test_a_tool_made_export_imports_the_same_on_sqlite_and_postgresql(db_url):
+    """The answers of a new project are stored together (one insert with its events); the same SQL must hold
+    on PostgreSQL."""
+    from diffjev.services.interchange import import_file
+    from interchange_fixtures import DATA
+
+    live = DATA / "labelstudio" / "live"
+    db = Database(db_url)
+    report = import_file(db, "live", "labelstudio", live / "ls_export.json", "importer", live / "label_config.xml")
+    assert report.created and report.items == 5 and report.answers > 0
+    with db.read() as session:
+        assert session.scalar(select(func.count()).select_from(Response)) == report.answers
+        events = session.scalar(select(func.count()).select_from(Event).where(Event.kind.like("response.%")))
+        assert events == report.answers  # one event per answer, as the studio logs them
+    again = import_file(db, "live", "labelstudio", live / "ls_export.json", "importer", live / "label_config.xml")
+    assert (again.items, again.answers, again.suggestions) == (0, 0, 0)

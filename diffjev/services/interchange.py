@@ -92,15 +92,20 @@ def import_bundle(
         item_ids, added, duplicates = _store_items(session, project.id, records, file)
         stored = store.stored_answers(session, item_ids, list(rows.values()))
         settled_before = store.stored_adjudications(session, item_ids, list(rows.values()))
-        answers = 0
+        answers, fresh = 0, {}
         for (record, _), item_id in zip(records, item_ids):
             for answer in record.answers:
                 predicted = any(m.question == answer.question for ms in record.predictions.values() for m in ms)
                 given = _response(answer, questions[answer.question], item_id, rows, record.text, predicted)
                 if stored.get((item_id, given.question_id, given.annotator)) == _as_stored(given):
                     continue  # held already, as it is: no new revision
-                repo.respond(session, given)
                 answers += 1
+                if created:  # nothing to update yet: stored together below (one person's last word kept)
+                    fresh[(item_id, given.question_id, given.annotator)] = given
+                else:
+                    repo.respond(session, given)
+        store.insert_new_responses(session, project.id, list(fresh.values()))
+        for (record, _), item_id in zip(records, item_ids):
             for settled in record.adjudications:
                 value = _settled_value(settled, questions[settled.question], record.text)
                 row = rows[settled.question]
