@@ -72,6 +72,10 @@ def import_bundle(
     With `new_project`, a project of that name is refused (repo.Conflict), checked inside the transaction."""
     file = bundle.source or "the file"
     _check_ids(bundle, file)
+    limits = Limits(max_text_chars=max_item_chars(), max_id_chars=repo.EXTERNAL_ID_CHARS)
+    # Every record is checked against the file's own questions before the transaction, so a large file's
+    # checks never hold the database; an existing project's questions are checked again inside it.
+    checked = [_checked(record, {q.id: q for q in bundle.schema.questions}, file, limits) for record in bundle.records]
 
     def work(session) -> BundleReport:
         created = False
@@ -87,8 +91,8 @@ def import_bundle(
         if not created:
             _check_fits(schema, bundle.schema, file, project_name)
         questions = {q.id: q for q in schema.questions}
-        limits = Limits(max_text_chars=max_item_chars(), max_id_chars=repo.EXTERNAL_ID_CHARS)
-        records = [(record, _checked(record, questions, file, limits)) for record in bundle.records]
+        rows_checked = checked if created else [_checked(r, questions, file, limits) for r in bundle.records]
+        records = list(zip(bundle.records, rows_checked))
         item_ids, added, duplicates = _store_items(session, project.id, records, file)
         stored = store.stored_answers(session, item_ids, list(rows.values()))
         settled_before = store.stored_adjudications(session, item_ids, list(rows.values()))
