@@ -312,7 +312,7 @@ def annotate_by_keyboard(page, db: Database) -> dict[str, str]:
     given["k5"] = TEAMS[1]
     page.keyboard.press("2")
     said = shows(page, "#annotate-progress", "Nothing left in this queue.")
-    assert "you skipped 1 (choose the 'Skipped' queue to see them again)" in said, said
+    assert "you skipped 1 (choose the 'Skipped' queue to see it again)" in said, said
     # The Skipped queue brings k4 back.
     start(page, "team", "Skipped (the items you skipped)")
     page.wait_for_function("document.querySelector('#item .dj-id')?.innerText === 'item k4'")

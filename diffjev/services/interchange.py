@@ -72,6 +72,17 @@ def import_bundle(
     With `new_project`, a project of that name is refused (repo.Conflict), checked inside the transaction."""
     file = bundle.source or "the file"
     _check_ids(bundle, file)
+    with db.read() as session:  # a file asking other questions than the project's is told so first
+        try:
+            project = repo.get_project(session, project_name)
+        except repo.NotFound:
+            pass
+        else:
+            if new_project:
+                raise repo.Conflict(f"a project named {project_name!r} already exists; pick another name")
+            _check_fits(
+                repo.version_schema(repo.latest_version(session, project.id))[0], bundle.schema, file, project_name
+            )
     limits = Limits(max_text_chars=max_item_chars(), max_id_chars=repo.EXTERNAL_ID_CHARS)
     # Every record is checked against the file's own questions before the transaction, so a large file's
     # checks never hold the database; an existing project's questions are checked again inside it.
