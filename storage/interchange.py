@@ -23,18 +23,7 @@ def item_page(session: Session, project_id: int, after: int, limit: int) -> list
     )
 
 
-def responses_of(session: Session, item_ids: Sequence[int], question_ids: Sequence[int]) -> list[Response]:
-    """Every person's response to these items and questions, each annotator's in the order given."""
-    return list(
-        session.scalars(
-            select(Response)
-            .where(Response.item_id.in_(item_ids), Response.question_id.in_(question_ids))
-            .order_by(Response.item_id, Response.created_at, Response.id)
-        )
-    )
-
-
-def suggestions_of(
+def suggestions_of_every_run(
     session: Session, item_ids: Sequence[int], question_ids: Sequence[int], run_id: int | None
 ) -> list[Suggestion]:
     """The suggestions of every run (or of `run_id`) for these items and questions, oldest run first."""

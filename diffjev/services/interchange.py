@@ -483,9 +483,9 @@ def project_bundle(
                 break
             after = page[-1][0]
             ids = [item_id for item_id, *_ in page]
-            responses = store.responses_of(session, ids, list(rows.values()))
+            responses = repo.every_answer_for(session, ids[0], ids[-1], list(rows.values()))
             settled = repo.adjudications_for(session, ids[0], ids[-1], list(rows.values()))
-            suggestions = store.suggestions_of(session, ids, list(rows.values()), run_id)
+            suggestions = store.suggestions_of_every_run(session, ids, list(rows.values()), run_id)
             skipped = store.read_skips(session, ids, run_id)
         by_item: dict[int, Record] = {}
         for item_id, external_id, text, fields in page:
