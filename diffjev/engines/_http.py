@@ -14,6 +14,15 @@ from diffjev.engines.base import EngineError, shown_url
 JSON = {"Content-Type": "application/json"}
 
 
+class ServerAnswered(EngineError):
+    """The server answered with a status other than 200; `status` lets a caller act on it (a 400 for a
+    field the server does not take) without reading the body."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
 class HTTPClients:
     """An httpx client per reading thread, each holding one keep-alive connection, with a timeout on
     every request and the API key only in the Authorization header (never in a URL, a body or a log).
@@ -82,7 +91,9 @@ def _post(client: httpx.Client, where: str, body: dict[str, Any], shown: str, se
         detail = str(exc).replace(where, shown) or type(exc).__name__  # never the password in a URL
         raise EngineError(f"request to the {server} at {shown} failed: {detail}") from None
     if response.status_code != 200:
-        raise EngineError(f"the {server} at {shown} answered {status_description(response.status_code)}")
+        raise ServerAnswered(
+            f"the {server} at {shown} answered {status_description(response.status_code)}", response.status_code
+        )
     return response
 
 
