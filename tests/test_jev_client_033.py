@@ -21,6 +21,8 @@ from diffjev.engines import JevAPIEngine
 from diffjev.engines.jev_api import decisions_question
 from diffjev.jev import question_canvas
 
+import diffjev.jev as jev_layouts
+
 SCHEMA = Schema.from_dict(
     {
         "questions": [
@@ -348,3 +350,92 @@ def test_a_decisions_answer_that_is_wrong_is_named_without_quoting_it(change, sa
             read(SCHEMA, "x", engine)
         engine.close()
     assert f"the Decisions API at {server.url}/v1/decisions" in str(raised.value)
+
+
+# --- against serve-model: per question, joint, and /v1/decisions, each checked against an in-process read ---
+
+needs_joint_layout = pytest.mark.skipif(
+    not hasattr(jev_layouts, "joint_canvases"),
+    reason="diffjev.jev has no joint_canvases (upstream's 0.33 joint layout) to compute the expected read",
+)
+SERVED_WIDTH = 64  # conftest's vllm_server
+
+
+def joint_expected(engine, schema, state):
+    """The schema read on upstream's joint canvases in-process: each question's distribution, and the
+    number of canvases (one model pass each)."""
+    from diffjev.jev import joint_canvases
+
+    canvases = joint_canvases(engine.builder, schema, state, schema.instructions or "", SERVED_WIDTH)
+    reads = engine.read(canvases)
+    out = {}
+    for canvas, slot_reads in zip(canvases, reads):
+        for qid, ids in canvas.label_ids.items():
+            out[qid] = slot_distribution(schema.question(qid), ids, slot_reads[qid])
+    return out, canvases
+
+
+@needs_joint_layout
+def test_serve_model_reads_jointly_as_upstreams_layout_read_in_process(vllm_server, dgemma_engine):
+    engine = JevAPIEngine(vllm_server.url, model=SERVED_NAME)
+    decisions = list(read_many(SCHEMA, STATES, engine))
+    engine.close()
+    assert engine.joint_supported is True
+    for state, decision in zip(STATES, decisions):
+        expected, canvases = joint_expected(dgemma_engine, SCHEMA, state)
+        d = decision.diagnostics
+        assert d["joint"] is True and d["joint_note"] == ""
+        served = d["joint_diagnostics"]["canvases"]
+        assert [c["questions"] for c in served] == [list(c.label_ids) for c in canvases]
+        assert [c["slots"] for c in served] == [list(c.slots.values()) for c in canvases]
+        assert d["model_passes"] == len(served) == len(canvases)
+        assert_matches(decision, expected)
+
+
+def test_serve_model_per_question_when_joint_is_off(vllm_server, dgemma_engine):
+    engine = JevAPIEngine(vllm_server.url, model=SERVED_NAME, joint=False)
+    decision = read(SCHEMA, STATES[1], engine)
+    engine.close()
+    assert decision.diagnostics["joint"] is False and decision.diagnostics["model_passes"] == 3
+    assert_matches(decision, per_question_expected(dgemma_engine, STATES[1]))
+
+
+def decisions_read_schema(schema):
+    """The questions as vLLM's Decisions API reads them (adapters.make_read_question): a predicate as the
+    choice false / true, a choice's values JSON-encoded, a score's levels as lettered options."""
+    import json
+
+    questions = []
+    for q in schema.questions:
+        if q.kind == "yes_no":
+            options = ["false", "true"]
+        else:
+            options = [
+                {"name": json.dumps(a.name) if q.kind == "choice" else a.name, "description": a.description}
+                for a in q.alternatives
+            ]
+        questions.append({"id": q.id, "type": "choice", "instructions": q.instructions, "options": options})
+    return Schema.from_dict({"questions": questions})
+
+
+@needs_joint_layout
+@pytest.mark.parametrize("joint", [False, True])
+def test_serve_model_decisions_match_an_in_process_read_of_the_same_canvases(vllm_server, dgemma_engine, joint):
+    engine = JevAPIEngine(vllm_server.url, model=SERVED_NAME, api="decisions", joint=joint)
+    decision = read(SCHEMA, STATES[0], engine)
+    engine.close()
+    read_as = decisions_read_schema(SCHEMA)
+    if joint:
+        expected, _ = joint_expected(dgemma_engine, read_as, STATES[0])
+    else:
+        expected = {}
+        for q in read_as.questions:
+            canvas = question_canvas(dgemma_engine.builder, q, STATES[0])
+            expected[q.id] = slot_distribution(q, canvas.label_ids[q.id], dgemma_engine.read([canvas])[0][q.id])
+    p_false, p_true = expected["urgent"].probs
+    assert decision.answers["urgent"].probabilities["yes"] == pytest.approx(p_true, abs=1e-5)
+    for qid in ("team", "tone"):
+        got = decision.answers[qid]
+        assert list(got.probabilities.values()) == pytest.approx(list(expected[qid].probs), abs=1e-5)
+        assert got.label_mass == pytest.approx(expected[qid].label_mass, rel=1e-4)
+    assert decision.diagnostics["joint"] is joint and decision.diagnostics["api"] == "decisions"
