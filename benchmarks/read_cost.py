@@ -2,6 +2,8 @@
 
 Compares, on backbones of the same size (random weights, the real 262k Gemma vocabulary):
 - diffusion joint: every question on one seeded canvas, one DiffusionGemma pass (diffjev's read);
+- diffusion joint (vLLM 0.33 joint: true): upstream's joint layout (numbered questions, `k: <noise>` answer
+  lines), one pass per chunk of questions that fits the served canvas;
 - diffusion per-question: one canvas read per question, as vLLM's own /v1/systemone reads DiffusionGemma;
 - AR single: a causal LM scoring every slot in one pass, later slots seeing noise in earlier ones;
 - AR sequential: a causal LM, one pass per slot with earlier slots filled, KV cache reused.
@@ -22,6 +24,7 @@ import torch
 from diffjev import Schema, read
 from diffjev.engines import AutoregressiveEngine, TransformersEngine
 from diffjev.jev import question_canvas
+from upstream_joint import joint_canvases
 from diffjev.models import offline_gemma_tokenizer
 from diffjev.tiny import tiny_causal_lm, tiny_diffusion_gemma
 
@@ -33,6 +36,10 @@ TICKET = (
     "This is the third time this quarter and people here are getting angry. Ticket ref 88231, plan: "
     "Business annual, region eu-west."
 )
+
+
+# The canvas the model is served with: diffjev's joint read and upstream's joint chunks both fit in it.
+SERVED_WIDTH = 128
 
 
 def schema_with(k: int) -> Schema:
@@ -78,7 +85,7 @@ def main() -> None:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     tokenizer = offline_gemma_tokenizer()
     diffusion = TransformersEngine(
-        tiny_diffusion_gemma(args.hidden, args.layers), tokenizer, batch_size=1, canvas_length=128
+        tiny_diffusion_gemma(args.hidden, args.layers), tokenizer, batch_size=1, canvas_length=SERVED_WIDTH
     )
     causal = tiny_causal_lm(args.hidden, args.layers)
     single = AutoregressiveEngine(causal, tokenizer, mode="single", batch_size=1, canvas_length=128)
@@ -99,12 +106,16 @@ def main() -> None:
     for k in [int(x) for x in args.ks.split(",")]:
         schema = schema_with(k)
 
+        def upstream_joint(i: int) -> None:
+            diffusion.read(joint_canvases(diffusion.builder, schema, f"{TICKET} #{i}", "", SERVED_WIDTH))
+
         def per_question(i: int) -> None:
             for q in schema.questions:
                 diffusion.read([question_canvas(diffusion.builder, q, f"{TICKET} #{i}")])
 
         runs = [
             ("diffusion joint (diffjev)", lambda i: read(schema, f"{TICKET} #{i}", diffusion), d_calls),
+            ("diffusion joint (vLLM 0.33 joint: true)", upstream_joint, d_calls),
             ("diffusion per-question (vLLM /v1/systemone)", per_question, d_calls),
             ("AR single", lambda i: read(schema, f"{TICKET} #{i}", single), c_calls),
             ("AR sequential", lambda i: read(schema, f"{TICKET} #{i}", sequential), c_calls),
