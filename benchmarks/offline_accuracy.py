@@ -25,7 +25,6 @@ from typing import Any, Iterable, Iterator
 from diffjev import Decision, Schema, read_many
 from diffjev.calibration import ece
 from diffjev.canvas import DEFAULT_MAX_WIDTH
-from diffjev.decide import decide
 from diffjev.demo import EXPECTED_FIELDS, TICKETS_SCHEMA, demo_tickets
 from diffjev.engines import AutoregressiveEngine
 from diffjev.engines.base import DEFAULT_SEED, Engine
@@ -78,22 +77,16 @@ class UpstreamJointReading(Engine):
     be compared on upstream's layout beside diffjev's template on the same items."""
 
     def __init__(self, engine: AutoregressiveEngine, served_width: int = DEFAULT_MAX_WIDTH):
-        from upstream_joint import joint_canvases  # a script beside this one, on the path when run as a script
+        from upstream_joint import read_joint  # a script beside this one, on the path when run as a script
 
-        self.joint_canvases = joint_canvases
+        self.read_joint = read_joint
         self.engine, self.served_width = engine, served_width
         self.name = f"{engine.name} {engine.mode}, vLLM 0.33 joint layout"
         self.model_name = engine.model_name
 
     def decide_many(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
         for state in states:
-            canvases = self.joint_canvases(
-                self.engine.builder, schema, state, schema.instructions or "", self.served_width
-            )
-            reads = self.engine.read(canvases)
-            label_ids = {qid: ids for canvas in canvases for qid, ids in canvas.label_ids.items()}
-            merged = {qid: slot for read in reads for qid, slot in read.items()}
-            yield Decision(decide(schema, [merged], label_ids), schema, {"model_passes": len(canvases)})
+            yield self.read_joint(self.engine, schema, state, self.served_width)
 
 
 def reading_name(engine: Engine) -> str:

@@ -24,7 +24,7 @@ import torch
 from diffjev import Schema, read
 from diffjev.engines import AutoregressiveEngine, TransformersEngine
 from diffjev.jev import question_canvas
-from upstream_joint import joint_canvases
+from upstream_joint import read_joint
 from diffjev.models import offline_gemma_tokenizer
 from diffjev.tiny import tiny_causal_lm, tiny_diffusion_gemma
 
@@ -107,7 +107,7 @@ def main() -> None:
         schema = schema_with(k)
 
         def upstream_joint(i: int) -> None:
-            diffusion.read(joint_canvases(diffusion.builder, schema, f"{TICKET} #{i}", "", SERVED_WIDTH))
+            read_joint(diffusion, schema, f"{TICKET} #{i}", SERVED_WIDTH)
 
         def per_question(i: int) -> None:
             for q in schema.questions:

@@ -25,6 +25,7 @@ import random
 from typing import Any
 
 from diffjev.canvas import WIDTH_STEP, Canvas, CanvasBuilder, render_state
+from diffjev.decide import Decision, decide
 from diffjev.schema import Question, Schema, SchemaError
 
 JOINT_REPLY = 'Reply with one line per question, in order, formatted as "number: answer".'
@@ -103,3 +104,13 @@ def joint_canvases(
             )
         )
     return canvases
+
+
+def read_joint(engine: Any, schema: Schema, state: Any, served_width: int) -> Decision:
+    """One item read by a canvas engine on upstream's joint canvases, to answers; `model_passes` in its
+    diagnostics is the number of canvases."""
+    canvases = joint_canvases(engine.builder, schema, state, schema.instructions or "", served_width)
+    reads = engine.read(canvases)
+    label_ids = {qid: ids for canvas in canvases for qid, ids in canvas.label_ids.items()}
+    merged = {qid: slot for read in reads for qid, slot in read.items()}
+    return Decision(decide(schema, [merged], label_ids), schema, {"model_passes": len(canvases)})
