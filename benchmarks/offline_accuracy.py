@@ -56,7 +56,7 @@ def demo_accuracy(engine: Any, items: int = 60, tickets: list[dict[str, str]] | 
         probs = [[a.probabilities[name] for name in q.names] for a in answers]
         rows.append(
             {
-                "engine": reading_name(engine),
+                "engine": engine.name,
                 "items": len(tickets),
                 "question": q.id,
                 "accuracy": sum(a.answer == e for a, e in zip(answers, expected)) / len(tickets),
@@ -81,18 +81,12 @@ class UpstreamJointReading(Engine):
 
         self.read_joint = read_joint
         self.engine, self.served_width = engine, served_width
-        self.name = f"{engine.name} {engine.mode}, vLLM 0.33 joint layout"
+        self.name = f"{engine.name}, vLLM 0.33 joint layout"
         self.model_name = engine.model_name
 
     def decide_many(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
         for state in states:
             yield self.read_joint(self.engine, schema, state, self.served_width)
-
-
-def reading_name(engine: Engine) -> str:
-    """How a row names its reading: the engine, and its mode where it has one."""
-    mode = getattr(engine, "mode", None)
-    return f"{engine.name} {mode}" if mode else engine.name
 
 
 def offline_engines(modes: list[str]) -> list[Engine]:
