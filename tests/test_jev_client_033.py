@@ -439,3 +439,13 @@ def test_serve_model_decisions_match_an_in_process_read_of_the_same_canvases(vll
         assert list(got.probabilities.values()) == pytest.approx(list(expected[qid].probs), abs=1e-5)
         assert got.label_mass == pytest.approx(expected[qid].label_mass, rel=1e-4)
     assert decision.diagnostics["joint"] is joint and decision.diagnostics["api"] == "decisions"
+
+
+def test_a_joint_decisions_read_says_it_cannot_count_its_canvases():
+    with CannedFault(200, decisions_answer()) as server:
+        engine = JevAPIEngine(server.url, model=SERVED_NAME, api="decisions")
+        decision = read(SCHEMA, "x", engine)
+        engine.close()
+    d = decision.diagnostics
+    assert engine.joint_supported is True and d["joint"] is True and d["joint_diagnostics"] is None
+    assert d["model_passes"] is None and d["not_given"]["model_passes"] is True
