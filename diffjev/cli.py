@@ -425,7 +425,11 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
         help="auto: a vLLM server if DIFFJEV_VLLM_URL is set, else DIFFJEV_MODEL in-process, "
         "else the offline autoregressive fallback",
     )
-    p.add_argument("--url", help="server URL for the vllm and jev engines (default: $DIFFJEV_VLLM_URL)")
+    p.add_argument(
+        "--url",
+        help="server URL for the vllm and jev engines (default: $DIFFJEV_VLLM_URL); the vllm engine takes several, "
+        "comma-separated or a file of them (one a line): each read goes to the one with the fewest in flight",
+    )
     p.add_argument(
         "--model",
         help="served model name (vllm, jev; default $DIFFJEV_VLLM_MODEL) or a folder / "

@@ -31,12 +31,13 @@ class HTTPClients:
     response: at 32 reads in flight that scan was the largest share of the client's own time per read.
     """
 
-    def __init__(self, timeout: float, connect_timeout: float, api_key: str | None):
+    def __init__(self, timeout: float, connect_timeout: float, api_key: str | None, servers: int = 1):
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
         # Loading the CA bundle costs milliseconds: once for all the threads' clients, not once each.
         self._ssl = httpx.create_ssl_context()
         self._local = threading.local()
+        self._servers = servers
         self._all: list[httpx.Client] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -48,7 +49,8 @@ class HTTPClients:
                 headers=self._headers,
                 timeout=self._timeout,
                 verify=self._ssl,
-                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+                # one keep-alive connection per server: a thread has one read in flight at a time
+                limits=httpx.Limits(max_connections=self._servers, max_keepalive_connections=self._servers),
             )
             with self._lock:
                 if self._closed:
@@ -95,6 +97,13 @@ def _post(client: httpx.Client, where: str, body: dict[str, Any], shown: str, se
             f"the {server} at {shown} answered {status_description(response.status_code)}", response.status_code
         )
     return response
+
+
+def server_failed(error: EngineError) -> bool:
+    """Whether a failed request says the server is unwell (unreachable, too slow, 5xx, 429, a broken answer),
+    so another server may answer it, rather than that the request itself is wrong (any other 4xx)."""
+    status = getattr(error, "status", None)
+    return status is None or status >= 500 or status == 429
 
 
 def status_description(status: int) -> str:

@@ -7,7 +7,8 @@ import logging
 import os
 from dataclasses import dataclass
 
-from diffjev.engines.base import Engine, EngineError, server_url, shown_url
+from diffjev.engines.base import Engine, EngineError, shown_url
+from diffjev.engines.servers import server_urls
 from diffjev.models import ModelLoadError
 
 log = logging.getLogger("diffjev")
@@ -44,7 +45,9 @@ def check_choice(choice: EngineChoice) -> str | None:
         return None
     if not url:
         raise EngineError(f"the {choice.kind} engine needs a server URL: pass --url or set DIFFJEV_VLLM_URL")
-    server_url(url)  # refuses a malformed URL, or one with a query or fragment, in words
+    urls = server_urls(url)  # refuses a malformed URL, or one with a query or fragment, in words
+    if choice.kind == "jev" and len(urls) > 1:
+        raise EngineError("the jev engine reads through one server; give one --url (the vllm engine takes several)")
     if choice.kind != "jev" and not (choice.model or os.environ.get("DIFFJEV_VLLM_MODEL")):
         raise EngineError("the vllm engine needs the served model name: pass --model or set DIFFJEV_VLLM_MODEL")
     return url
@@ -72,7 +75,8 @@ def choose_engine(choice: EngineChoice) -> ChosenEngine:
 
             tokenizer = offline_gemma_tokenizer()
         engine = VLLMServerEngine(url, model, tokenizer, canvas_length=choice.canvas_length, api_key=api_key)
-        return ChosenEngine(engine, f"vLLM server at {shown_url(url)}, model {model}")
+        where = f"vLLM server at {engine.servers}" if "," not in engine.servers else f"vLLM servers at {engine.servers}"
+        return ChosenEngine(engine, f"{where}, model {model}")
     if choice.kind.startswith("autoregressive"):  # DIFFJEV_MODEL names a diffusion model: only --model applies
         from diffjev.engines.autoregressive import AutoregressiveEngine
 

@@ -16,8 +16,9 @@ import httpx
 
 from diffjev.canvas import Canvas, CanvasBuilder, DEFAULT_MAX_WIDTH, ModelFormat
 from diffjev.decide import SlotRead
-from diffjev.engines._http import HTTPClients, post_json
-from diffjev.engines.base import CanvasEngine, EngineError, server_url, shown_url
+from diffjev.engines._http import HTTPClients, post_json, server_failed
+from diffjev.engines.base import CanvasEngine, EngineError, shown_url
+from diffjev.engines.servers import Servers, server_urls
 from diffjev.models import load_tokenizer
 
 TOP_LOGPROBS = 20
@@ -59,7 +60,7 @@ class VLLMServerEngine(CanvasEngine):
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         model: str,
         tokenizer: Any = None,
         *,
@@ -71,8 +72,15 @@ class VLLMServerEngine(CanvasEngine):
         vocab_size: int | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
     ):
-        self.url = server_url(url)  # no query or fragment: it would change the path the read goes to
-        self.endpoint = f"{self.url}/v1/chat/completions"
+        # One server or several (a list, commas, or a file of them); each a base URL with no query or
+        # fragment, which would change the path the read goes to.
+        urls = server_urls(url)
+        self._servers = Servers(urls)
+        self.url = urls[0]
+        self.servers = ", ".join(shown_url(u) for u in urls)  # kept with the run's settings
+        self.endpoint = (
+            f"{self.url}/v1/chat/completions" if len(urls) == 1 else f"{self.servers} (/v1/chat/completions)"
+        )
         self.model_name = model
         self.tokenizer = load_tokenizer(model if tokenizer is None else tokenizer)
         # Noise is drawn from the tokenizer's ids unless the served vocabulary is named.
@@ -81,7 +89,7 @@ class VLLMServerEngine(CanvasEngine):
         self.builder = CanvasBuilder(self.tokenizer, fmt, canvas_length, self.chat_template_kwargs)
         self.max_in_flight = max_in_flight
         self.batch_size = 2 * max_in_flight
-        self._clients = HTTPClients(timeout, connect_timeout, api_key)
+        self._clients = HTTPClients(timeout, connect_timeout, api_key, servers=len(urls))
         self._pool = ThreadPoolExecutor(max_in_flight, thread_name_prefix="vllm-read")
         self.span_items_at_once = max_in_flight  # each item's span reads go out beside the others'
         self._context_lock = threading.Lock()
@@ -99,9 +107,9 @@ class VLLMServerEngine(CanvasEngine):
                 return
             self._context_asked = True
             try:
-                answer = self._clients.get().get(f"{self.url}/v1/models")
+                answer = self._servers.call(lambda base: self._get(f"{base}/v1/models"), retriable=lambda _: True)
                 cards = answer.json().get("data") if answer.status_code == 200 else None
-            except (httpx.HTTPError, ValueError, AttributeError):  # the reads themselves say what is wrong
+            except (EngineError, ValueError, AttributeError):  # the reads themselves say what is wrong
                 return
             card = next((c for c in cards or [] if isinstance(c, dict) and c.get("id") == self.model_name), {})
             length = card.get("max_model_len")
@@ -166,7 +174,7 @@ class VLLMServerEngine(CanvasEngine):
         return list(self._pool.map(self._read_blank, canvases))
 
     def _read_blank(self, canvas: Any) -> list[dict[int, float]]:
-        data = post_json(self._clients.get(), self.endpoint, self.span_request_body(canvas), "vLLM server")
+        data = self._post("/v1/chat/completions", self.span_request_body(canvas))
         try:
             content = data["choices"][0]["logprobs"]["content"]
             return [
@@ -180,7 +188,7 @@ class VLLMServerEngine(CanvasEngine):
             ) from None
 
     def _read_one(self, canvas: Canvas) -> dict[str, SlotRead]:
-        data = post_json(self._clients.get(), self.endpoint, self.request_body(canvas), "vLLM server")
+        data = self._post("/v1/chat/completions", self.request_body(canvas))
         try:
             return parse_chat_logprobs(data, canvas)
         except (KeyError, IndexError, TypeError, ValueError):  # the exception would quote the answer: not shown
@@ -188,6 +196,22 @@ class VLLMServerEngine(CanvasEngine):
                 f"the answer from {shown_url(self.endpoint)} has no usable choices[0].logprobs.content at the "
                 f"slots; the server must be a vLLM build with structured reads"
             ) from None
+
+    def _post(self, path: str, body: dict[str, Any]) -> Any:
+        """POST to the least busy healthy server; one that is down or unwell hands the read to another."""
+        return self._servers.call(
+            lambda base: post_json(self._clients.get(), f"{base}{path}", body, "vLLM server"), server_failed
+        )
+
+    def _get(self, where: str) -> httpx.Response:
+        try:
+            return self._clients.get().get(where)
+        except httpx.HTTPError:
+            raise EngineError(f"cannot reach {shown_url(where)}") from None
+
+    def server_health(self) -> list[dict[str, Any]]:
+        """Per server: reads in flight and sent, failures, and whether it is taken out for now."""
+        return self._servers.health()
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
