@@ -1,0 +1,67 @@
+"""Reads made in worker processes: the same Decisions, in order, as the engine in-process, and a run through
+them stores the same suggestions and keeps its failure path."""
+
+import functools
+
+import pytest
+
+from diffjev import read_many
+from diffjev.engines import VLLMServerEngine
+from diffjev.engines.processes import ProcessEngine
+from diffjev.services.prelabel import prelabel
+from conftest import SERVED_NAME, STATES
+from test_faults import suggestion_rows
+from test_runs import counts, project_db
+
+
+@pytest.fixture(scope="module")
+def workers(vllm_server, tiny_model_folder):
+    engine = ProcessEngine(
+        functools.partial(VLLMServerEngine, vllm_server.url, SERVED_NAME, str(tiny_model_folder), max_in_flight=4),
+        processes=2,
+        chunk_items=4,
+    )
+    yield engine
+    engine.close()
+
+
+def test_worker_processes_read_what_one_process_reads_in_order(workers, vllm_server, tiny_model_folder, schema):
+    states = [*STATES, *(f"Ticket {i}: the invoice export is late" for i in range(17))]
+    local = VLLMServerEngine(vllm_server.url, SERVED_NAME, str(tiny_model_folder))
+    expected = list(read_many(schema, states, local))
+    local.close()
+    got = list(read_many(schema, states, workers))
+    assert len(got) == len(states)
+    for a, b in zip(got, expected):
+        assert {q: x.probabilities for q, x in a.answers.items()} == {q: x.probabilities for q, x in b.answers.items()}
+        assert a.diagnostics["canvas_ids"] == b.diagnostics["canvas_ids"]
+    assert (workers.name, workers.model_name) == ("vllm", SERVED_NAME)
+    assert workers.url == vllm_server.url  # the engine's settings, as a run keeps them
+
+
+def test_a_run_through_worker_processes_stores_what_a_local_run_stores(tmp_path, workers, vllm_server, tokenizer):
+    db = project_db(tmp_path / "workers.db", 30)
+    report = prelabel(db, "p", workers, batch_items=8)
+    assert (report.status, report.read, report.failed) == ("completed", 30, 0)
+    assert counts(db, report.run_id)[:2] == (30, 90)
+    local_db = project_db(tmp_path / "local.db", 30)
+    local = VLLMServerEngine(vllm_server.url, SERVED_NAME, tokenizer)
+    alone = prelabel(local_db, "p", local, batch_items=8)
+    local.close()
+    assert suggestion_rows(db, report.run_id) == suggestion_rows(local_db, alone.run_id)
+
+
+def test_a_dead_server_behind_worker_processes_fails_the_run_item_by_item(tmp_path, tiny_model_folder):
+    from conftest import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    engine = ProcessEngine(
+        functools.partial(VLLMServerEngine, dead, SERVED_NAME, str(tiny_model_folder)), processes=2, chunk_items=4
+    )
+    db = project_db(tmp_path / "dead.db", 12)
+    try:
+        report = prelabel(db, "p", engine, batch_items=4, retries=1, stop_after=3)
+    finally:
+        engine.close()
+    assert report.status == "failed" and "stopped after 3 items in a row failed" in report.error
+    assert report.failures and all("cannot reach the vLLM server" in error for _, _, error in report.failures)
