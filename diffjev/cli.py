@@ -65,18 +65,34 @@ def _load_schema(path: str):
         raise UserError(f"{path}: {exc}") from None
 
 
-def _engine(args: argparse.Namespace):
-    chosen = choose_engine(
-        EngineChoice(
-            kind=args.engine,
-            url=args.url,
-            model=args.model,
-            tokenizer=args.tokenizer,
-            canvas_length=args.canvas,
-            api_key=os.environ.get("DIFFJEV_VLLM_API_KEY"),
-        )
+def _engine_choice(args: argparse.Namespace) -> EngineChoice:
+    return EngineChoice(
+        kind=args.engine,
+        url=args.url,
+        model=args.model,
+        tokenizer=args.tokenizer,
+        canvas_length=args.canvas,
+        api_key=os.environ.get("DIFFJEV_VLLM_API_KEY"),
     )
+
+
+def _engine(args: argparse.Namespace):
+    chosen = choose_engine(_engine_choice(args))
     print(f"# engine: {chosen.description}", file=sys.stderr)
+    workers = getattr(args, "workers", 0) or 0
+    if workers < 0:
+        raise UserError("--workers must be 0 (reads in this process) or more")
+    if workers:
+        if chosen.engine.name not in ("vllm", "jev-api"):
+            chosen.engine.close()
+            raise UserError("--workers is for the server engines (vllm, jev); an in-process model reads in one process")
+        import functools
+
+        from diffjev.engines.processes import ProcessEngine, engine_from_choice
+
+        chosen.engine.close()
+        print(f"# reads in {workers} worker processes", file=sys.stderr)
+        return ProcessEngine(functools.partial(engine_from_choice, _engine_choice(args)), processes=workers)
     return chosen.engine
 
 
@@ -517,6 +533,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", nargs="?", const="latest", help="continue a run: its id, or the latest unfinished")
     p.add_argument("--only-unlabeled", action="store_true", help="skip items that already have a human answer")
     p.add_argument("--batch", type=int, default=64, help="items per stored batch (default 64)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="server engines: build, send and decode reads in N worker processes, past one interpreter's "
+        "limit (default 0: in this process)",
+    )
 
     p = command("export", cmd_export, "export the labeled set")
     p.add_argument("--project", required=True)

@@ -65,3 +65,20 @@ def test_a_dead_server_behind_worker_processes_fails_the_run_item_by_item(tmp_pa
         engine.close()
     assert report.status == "failed" and "stopped after 3 items in a row failed" in report.error
     assert report.failures and all("cannot reach the vLLM server" in error for _, _, error in report.failures)
+
+
+def test_the_cli_reads_in_worker_processes(tmp_path, vllm_server, tiny_model_folder):
+    import subprocess
+    import sys
+
+    project_db(tmp_path / "cli.db", 10)
+    command = [sys.executable, "-m", "diffjev.cli", "prelabel", "--db", str(tmp_path / "cli.db"), "--project", "p"]
+    command += ["--engine", "vllm", "--url", vllm_server.url, "--model", SERVED_NAME]
+    command += ["--tokenizer", str(tiny_model_folder), "--workers", "2"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "reads in 2 worker processes" in done.stderr
+    assert "completed: 10 read, 0 failed" in done.stdout
+    refused = subprocess.run([*command[:-1], "-1"], capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "--workers must be 0" in refused.stderr
+    assert "Traceback" not in refused.stderr
