@@ -18,7 +18,14 @@ started as its own process with `--service-latency-ms` 50 and 100, at 1, 8, 32 a
   work: building the canvas, the HTTP request and parsing its answer, deciding, and the read's share
   of its batch commit. p50 and p95 over every read at 32 in flight.
 
+- `--workers 0,2` also runs each level with the reads in worker processes (`ProcessEngine`, as
+  `diffjev prelabel --workers N`): the main process only streams items and stores batches. The per-step
+  client breakdown is measured in-process only (workers' steps run in other interpreters); their CPU
+  per read is read from /proc for the main process and every worker together. A latency of 0 gives the
+  highest rate the client and endpoint reach together on this machine.
+
 Run: python benchmarks/prelabel_throughput.py [--latencies 50,100] [--in-flight 1,8,32,64] [--rounds 30]
+     [--workers 0,2]
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ import pandas as pd
 from diffjev.demo import TICKETS_SCHEMA
 from diffjev.engines import VLLMServerEngine
 from diffjev.engines import base as engine_base
+from diffjev.engines.processes import ProcessEngine
 from diffjev.models import offline_gemma_tokenizer
 from diffjev.schema import Schema
 from diffjev.services.importing import import_items
@@ -49,6 +57,7 @@ from storage import repo
 from storage.db import Database
 
 SERVED = "diffjev/tiny-diffusiongemma-random"
+TOKENIZER_FOLDER = Path(tempfile.mkdtemp(prefix="diffjev-throughput-tokenizer-"))
 TARGET_SHARE = 0.90  # of the ideal, at 32 in flight
 TARGET_OVERHEAD_MS = 2.0  # client overhead per read, p50
 PUBLISHED = "a published DiffusionGemma structured-read server: 9.6 req/s at 1 client (p50 0.10 s), 87.7 req/s at 32"
@@ -146,13 +155,63 @@ def project(db: Database, name: str, texts: list[str]) -> None:
     import_items(db, name, pd.DataFrame({"text": texts}))
 
 
+def measure(db, url, tokenizer, clock, server_pid, latency, n, workers, args):
+    """One level: `repeats` passes of a pre-label run at `n` in flight, in-process or in `workers` processes."""
+    rates, overheads, cpu, parts, server_cpu = [], [], [], [], []
+    pool = None
+    if workers:
+        pool = ProcessEngine(
+            functools.partial(VLLMServerEngine, url, SERVED, str(TOKENIZER_FOLDER), max_in_flight=max(1, n // workers)),
+            processes=workers,
+        )
+        list(pool.decide_many(Schema.from_dict({**TICKETS_SCHEMA, "samples": 1}), ["warm"] * (2 * workers)))
+    for _ in range(args.repeats):
+        engine = pool or VLLMServerEngine(url, SERVED, tokenizer, max_in_flight=n)
+        clock.reset()
+        if not workers:
+            instrument(engine, clock)
+        pids = [os.getpid(), *(pool._pool._processes if pool else [])]
+        client_started = sum(process_cpu_s(pid) for pid in pids)
+        server_started = process_cpu_s(server_pid)
+        started = time.perf_counter()
+        report = prelabel(db, f"n{n}", engine, batch_items=64)
+        seconds = time.perf_counter() - started
+        cpu.append((sum(process_cpu_s(pid) for pid in pids) - client_started) / report.read * 1000)
+        server_cpu.append((process_cpu_s(server_pid) - server_started) / report.read * 1000)
+        if not workers:
+            engine.close()
+        assert report.status == "completed" and report.failed == 0, report
+        rates.append(report.read / seconds)
+        overheads.extend(clock.overhead_ms())
+        parts.append(clock.means_ms())
+    if pool:
+        pool.close()
+    ideal = n / (latency / 1000) if latency else float("nan")
+    overheads.sort()
+    return (
+        latency,
+        n,
+        workers,
+        n * args.rounds,
+        statistics.median(rates),
+        ideal,
+        statistics.median(overheads) if overheads else float("nan"),
+        overheads[int(0.95 * (len(overheads) - 1))] if overheads else float("nan"),
+        statistics.median(cpu),
+        statistics.median(server_cpu),
+        parts[len(parts) // 2],
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--latencies", default="50,100", help="service latency per read, ms")
     ap.add_argument("--in-flight", default="1,8,32,64")
     ap.add_argument("--rounds", type=int, default=30, help="reads per in-flight slot in one pass")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--workers", default="0", help="worker processes per level, comma-separated (0: in-process)")
     args = ap.parse_args()
+    worker_counts = [int(x) for x in args.workers.split(",")]
     latencies = [float(x) for x in args.latencies.split(",")]
     levels = [int(x) for x in args.in_flight.split(",")]
     texts = [
@@ -165,6 +224,7 @@ def main() -> None:
     for n in levels:
         project(db, f"n{n}", texts[: n * args.rounds])
     tokenizer = offline_gemma_tokenizer()
+    tokenizer.save_pretrained(TOKENIZER_FOLDER)  # worker processes load it from a folder
 
     # Deciding and storing run once per chunk or batch: their per-read share comes from these wrappers.
     clock = ClientClock()
@@ -185,38 +245,8 @@ def main() -> None:
             ceilings.append((latency, report.read / (time.perf_counter() - started)))
             warm.close()
             for n in levels:
-                rates, overheads, cpu, parts, server_cpu = [], [], [], [], []
-                for _ in range(args.repeats):
-                    engine = VLLMServerEngine(url, SERVED, tokenizer, max_in_flight=n)
-                    clock.reset()
-                    instrument(engine, clock)
-                    server_started = process_cpu_s(proc.pid)
-                    cpu_started, started = time.process_time(), time.perf_counter()
-                    report = prelabel(db, f"n{n}", engine, batch_items=64)
-                    seconds = time.perf_counter() - started
-                    cpu.append((time.process_time() - cpu_started) / report.read * 1000)
-                    server_cpu.append((process_cpu_s(proc.pid) - server_started) / report.read * 1000)
-                    engine.close()
-                    assert report.status == "completed" and report.failed == 0, report
-                    rates.append(report.read / seconds)
-                    overheads.extend(clock.overhead_ms())
-                    parts.append(clock.means_ms())
-                ideal = n / (latency / 1000)
-                overheads.sort()
-                rows.append(
-                    (
-                        latency,
-                        n,
-                        n * args.rounds,
-                        statistics.median(rates),
-                        ideal,
-                        statistics.median(overheads),
-                        overheads[int(0.95 * (len(overheads) - 1))],
-                        statistics.median(cpu),
-                        statistics.median(server_cpu),
-                        parts[len(parts) // 2],
-                    )
-                )
+                for workers in worker_counts:
+                    rows.append(measure(db, url, tokenizer, clock, proc.pid, latency, n, workers, args))
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -225,19 +255,22 @@ def main() -> None:
 
     print(f"Pre-label throughput, demo schema (3 questions), {os.cpu_count()} CPUs; median of {args.repeats} passes\n")
     print(
-        "| latency | in flight | reads / pass | reads/s | ideal | share of ideal | client overhead p50 | "
-        "p95 | client CPU / read (all threads) | endpoint CPU / read | CPU cores busy |"
+        "| latency | in flight | worker processes | reads / pass | reads/s | ideal | share of ideal | client overhead "
+        "p50 | p95 | client CPU / read (all processes) | endpoint CPU / read | CPU cores busy |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for latency, n, reads, rate, ideal, p50, p95, cpu, server, _ in rows:
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for latency, n, workers, reads, rate, ideal, p50, p95, cpu, server, _ in rows:
+        share = f"{rate / ideal:.0%}" if latency else "-"
         print(
-            f"| {latency:.0f} ms | {n} | {reads} | {rate:.1f} | {ideal:.0f} | {rate / ideal:.0%} | "
+            f"| {latency:.0f} ms | {n} | {workers or 'none'} | {reads} | {rate:.1f} | {ideal:.0f} | {share} | "
             f"{p50:.2f} ms | {p95:.2f} ms | {cpu:.2f} ms | {server:.2f} ms | {rate * (cpu + server) / 1000:.2f} |"
         )
     print("\nWhere the client's time per read goes (mean CPU ms per read, one pass):\n")
     print("| latency | in flight | canvas | HTTP + parsing | deciding and dispatch | storing |")
     print("|---|---|---|---|---|---|")
-    for latency, n, *_, part in rows:  # noqa: B007
+    for latency, n, workers, *_, part in rows:  # noqa: B007
+        if workers:
+            continue
         print(
             f"| {latency:.0f} ms | {n} | {part['build']:.2f} | {part['http']:.2f} | {part['decide']:.2f} | "
             f"{part['store']:.2f} |"
