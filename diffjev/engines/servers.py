@@ -27,13 +27,16 @@ BACKOFF_MAX_S = 30.0
 
 
 def server_urls(spec: str | Sequence[str]) -> list[str]:
-    """The servers a `--url` names: one URL, several separated by commas or spaces, a list, or a file of
-    them (one per line, `#` comments). Each is checked as a base URL (EngineError names the bad one)."""
+    """The servers a `--url` names: one URL, several separated by commas, a list, or a file of them (one
+    per line, `#` comments). Each is checked as a base URL (EngineError names the bad one); a space stays
+    in its URL, which refuses it, rather than splitting one mistyped URL into two servers."""
     parts: list[str] = []
     for piece in [spec] if isinstance(spec, str) else list(spec):
         if not isinstance(piece, str):
             raise EngineError("a server URL must be text, as http://host:port")
-        for word in piece.replace(",", " ").split():
+        for word in (w.strip() for w in piece.split(",")):
+            if not word:
+                continue
             path = Path(word.removeprefix("@"))
             if word.startswith("@") or ("://" not in word and path.is_file()):
                 parts.extend(_urls_in_file(path))
