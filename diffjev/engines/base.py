@@ -211,6 +211,14 @@ class CanvasEngine(Engine):
                 elif not chunk:
                     return
 
+    def decide_batch(self, schema: Schema, states: Sequence[Any], seed: int = DEFAULT_SEED) -> list[Decision]:
+        """One batch read at once, every canvas in flight together (up to the engine's own limit): what a
+        worker process does with a batch handed to it, where decide_many's growing chunks would cost a
+        round trip each."""
+        self.check_schema(schema)
+        states = list(states if self.reads_images else self._text_only(states))
+        return self._decide_chunk(schema, states, seed) if states else []
+
     def _text_only(self, states: Iterable[Any]) -> Iterator[Any]:
         """The states, refusing an item with an image: reading its text alone would pass a guess about a
         picture the model never saw for a read of the item."""

@@ -35,7 +35,8 @@ def _start_worker(recipe: Callable[[], Engine]) -> None:
 
 def _decide_chunk(schema: Schema, states: Sequence[Any], seed: int) -> list[Decision]:
     assert _worker_engine is not None, "the worker was started without its engine"
-    return list(_worker_engine.decide_many(schema, states, seed))
+    batch = getattr(_worker_engine, "decide_batch", None)  # a canvas engine reads the whole chunk at once
+    return batch(schema, states, seed) if batch else list(_worker_engine.decide_many(schema, states, seed))
 
 
 def engine_from_choice(choice: Any) -> Engine:
@@ -48,10 +49,12 @@ def engine_from_choice(choice: Any) -> Engine:
 class ProcessEngine(Engine):
     """`recipe`'s engine run in `processes` worker processes; Decisions come back in input order.
 
-    Items go to the workers in chunks (1, 2, 4 ... up to `chunk_items`, so the first result comes back
-    after one item's read), at most `chunks_in_flight` chunks at once, so a long stream is never queued
-    whole. A failure in a worker (a server down) raises here as the engine's own error would, and the
-    run's retry path reads the items it held again, one by one, through the workers.
+    Items go to the workers in chunks (1, 2, 4 ... up to `chunk_items`, by default the engine's reads in
+    flight, so the first result comes back after one item's read), at most `chunks_in_flight` chunks at
+    once, so a long stream is never queued whole. A worker reads a chunk in one wave and is idle on the
+    network while it decodes it: more processes than cores keep more reads in flight. A failure in a
+    worker (a server down) raises here as the engine's own error would, and the run's retry path reads
+    the items it held again, one by one, through the workers.
     """
 
     def __init__(
@@ -59,7 +62,7 @@ class ProcessEngine(Engine):
         recipe: Callable[[], Engine],
         processes: int = 2,
         *,
-        chunk_items: int = 64,
+        chunk_items: int | None = None,
         chunks_in_flight: int | None = None,
     ):
         if processes < 1:
@@ -75,7 +78,9 @@ class ProcessEngine(Engine):
             if not key.startswith("_") and isinstance(value, (str, int, float, bool)) and key not in vars(self):
                 setattr(self, key, value)
         self.processes = processes
-        self.chunk_items = chunk_items
+        # A chunk is one wave of a worker's reads (its engine's reads in flight); two chunks per worker keep
+        # the next wave waiting while the worker decodes the last one.
+        self.chunk_items = chunk_items or getattr(self.local, "max_in_flight", 16)
         self.chunks_in_flight = chunks_in_flight or 2 * processes
         # spawn: a forked child would inherit the parent's threads' locks (HTTP clients, torch) mid-use.
         self._pool = ProcessPoolExecutor(
