@@ -77,7 +77,7 @@ class UpstreamJointReading(Engine):
     be compared on upstream's layout beside diffjev's template on the same items."""
 
     def __init__(self, engine: AutoregressiveEngine, served_width: int = DEFAULT_MAX_WIDTH):
-        from upstream_joint import read_joint  # a script beside this one, on the path when run as a script
+        from diffjev.jev import read_joint
 
         self.read_joint = read_joint
         self.engine, self.served_width = engine, served_width

@@ -23,8 +23,7 @@ import torch
 
 from diffjev import Schema, read
 from diffjev.engines import AutoregressiveEngine, TransformersEngine
-from diffjev.jev import question_canvas
-from upstream_joint import read_joint
+from diffjev.jev import question_canvas, read_joint
 from diffjev.models import offline_gemma_tokenizer
 from diffjev.tiny import tiny_causal_lm, tiny_diffusion_gemma
 

@@ -1,26 +1,17 @@
-"""The benchmarks' copy of vLLM 0.33's joint canvas layout: the user turn, the answer lines, the chunking
-rule and the noise seeded by the prompt, as `DiffusionGemmaCanvasStrategy.read_joint` builds them."""
+"""vLLM 0.33's joint canvas layout in `diffjev.jev`: the user turn, the answer lines, the chunking rule and
+the noise seeded by the prompt, as `DiffusionGemmaCanvasStrategy.read_joint` builds them."""
 
 from __future__ import annotations
-
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
 from diffjev import Schema
-
-BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+from diffjev import jev as jev_layouts
 
 
 @pytest.fixture(scope="module")
 def upstream_joint():
-    spec = importlib.util.spec_from_file_location("upstream_joint", BENCHMARKS / "upstream_joint.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return jev_layouts
 
 
 def test_one_canvas_holds_numbered_answer_lines_and_the_turn_close(upstream_joint, dgemma_engine, schema, tokenizer):
