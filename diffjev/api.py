@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from diffjev.auth_throttle import LoginThrottle, Throttled
 from diffjev.engines.base import Engine, EngineError
@@ -30,18 +30,45 @@ class JevQuestion(BaseModel):
     criteria: Any = None
 
 
+# vLLM's cache salt rule (`validate_cache_salt`): non-empty, at most 128 characters, none of these.
+CACHE_SALT_MAX_LENGTH = 128
+CACHE_SALT_FORBIDDEN = ("@", "/", "\\", "\x00")
+
+
+def check_cache_salt(cache_salt: object) -> None:
+    if cache_salt is None:
+        return
+    if not isinstance(cache_salt, str) or not cache_salt:
+        raise ValueError("Parameter 'cache_salt' must be a non-empty string if provided.")
+    if len(cache_salt) > CACHE_SALT_MAX_LENGTH or any(c in cache_salt for c in CACHE_SALT_FORBIDDEN):
+        raise ValueError(
+            "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\\\', or NUL."
+        )
+
+
 class StructuredDecisionRequest(BaseModel):
+    """vLLM 0.33's request: unknown fields are refused, `joint` is a strict bool, `priority` an int64."""
+
+    model_config = ConfigDict(extra="forbid")
     model: str | None = None
-    state: str | dict | list
+    state: Any
     questions: dict[str, JevQuestion]
     instructions: str | None = None
     images: list[str] | None = None
     audio: list[str] | None = None
     videos: list[str] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    joint: StrictBool = False
     cache_salt: str | None = None
-    priority: int = 0
-    request_id: str | None = None
+    priority: int = Field(default=0, ge=-(2**63), le=2**63 - 1)
+    request_id: str = Field(default_factory=lambda: uuid.uuid4().hex)  # vLLM's random_uuid
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_cache_salt(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            check_cache_salt(data.get("cache_salt"))
+        return data
 
     def schema(self) -> Schema:
         """The request's questions as a Schema; a bad one raises SchemaError."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import random
 import threading
 import time
@@ -30,14 +31,16 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from diffjev.api import StructuredDecisionRequest
-from diffjev.canvas import DEFAULT_MAX_WIDTH, MAX_CHARS_PER_TOKEN
+from diffjev.canvas import DEFAULT_MAX_WIDTH, MAX_CHARS_PER_TOKEN, Canvas
 from diffjev.decide import Decision, decide
 from diffjev.engines.transformers import TransformersEngine
-from diffjev.jev import check_upstream_limits, question_canvas
-from diffjev.schema import SchemaError
+from diffjev.jev import check_upstream_limits, joint_canvases, question_canvas
+from diffjev.schema import Schema, SchemaError
+
+logger = logging.getLogger(__name__)
 
 # Sampling fields vLLM rejects on a diffusion request ("not yet supported with diffusion").
 REJECTED_FOR_DIFFUSION = ("temperature", "min_p", "seed", "min_tokens", "logit_bias", "bad_words", "allowed_token_ids")
@@ -376,40 +379,75 @@ def create_app(
     @app.post("/v1/systemone")
     async def systemone(request: Request) -> JSONResponse:
         body = await _json_body(request)
-        try:
-            req = StructuredDecisionRequest.model_validate(body)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise RequestError(f"{where}: {first['msg']}", where or None) from None
+        req = _validated(StructuredDecisionRequest, body)
         check_model(req.model)
         if req.images or req.audio or req.videos:
             raise RequestError("this server reads text states only; send no images, audio or videos", "images")
+        # vLLM names the read after the caller's X-Request-Id header where one is sent, else `request_id`.
+        request_id = f"decision-{request.headers.get('X-Request-Id') or req.request_id}"
         try:
             schema = req.schema()
             check_upstream_limits(schema)
-            canvases = [question_canvas(builder, q, req.state, req.instructions or "") for q in schema.questions]
         except SchemaError as exc:
             raise RequestError(str(exc), "questions") from None
+        canvases, joint = decision_canvases(schema, req.state, req.instructions or "", req.joint)
         await asyncio.sleep(service_latency_s)
         reads = await run_in_threadpool(locked, engine.read, canvases)
-        # One canvas per question: their slot reads together make one read of the whole schema.
         label_ids = {q: ids for canvas in canvases for q, ids in canvas.label_ids.items()}
         merged = {q: slot for read in reads for q, slot in read.items()}
         decision = Decision(decide(schema, [merged], label_ids), schema)
         return JSONResponse(
             {
-                "id": f"sd-{uuid.uuid4().hex}",
+                "id": request_id,
                 "object": "structured_decision",
                 "created": int(time.time()),
                 "model": served_model_name,
                 "answers": decision.to_jev(),
-                "usage": {"input_tokens": sum(len(c.prompt_ids) for c in canvases), "output_tokens": 2 * len(canvases)},
+                "usage": {
+                    "input_tokens": sum(len(c.prompt_ids) for c in canvases),
+                    "output_tokens": sum(c.reply_tokens for c in canvases) if joint else 2 * len(canvases),
+                },
                 "diagnostics": decision.jev_diagnostics(),
+                "joint": joint_diagnostics(canvases) if joint else None,
             }
         )
 
+    def decision_canvases(schema: Schema, state: Any, instructions: str, joint: bool) -> tuple[list[Canvas], bool]:
+        """The canvases a read takes, and whether they are joint. As vLLM 0.33: one question reads best on
+        its own prompt, and where the joint answer lines do not fit the tokenizer the read falls back to one
+        canvas per question, with a warning."""
+        per_question = lambda: [question_canvas(builder, q, state, instructions) for q in schema.questions]  # noqa: E731
+        if not joint or len(schema.questions) < 2:
+            return per_question(), False
+        try:
+            return joint_canvases(builder, schema, state, instructions, canvas_length), True
+        except SchemaError as exc:
+            logger.warning("joint read falls back to one read per question: %s", exc)
+            return per_question(), False
+
     return app
+
+
+def joint_diagnostics(canvases: list[Canvas]) -> dict[str, Any]:
+    """vLLM 0.33's `joint` key: per canvas, the question ids it read, its width and each slot's position."""
+    return {
+        "canvases": [
+            {"questions": list(c.slots), "width": len(c.ids), "slots": list(c.slots.values())} for c in canvases
+        ]
+    }
+
+
+def _validated(model: type[BaseModel], body: dict[str, Any]) -> Any:
+    """The request as `model`, or vLLM's 400 naming the first bad field."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        if not where and "cache_salt" in first["msg"]:
+            where = "cache_salt"
+        message = first["msg"].removeprefix("Value error, ")
+        raise RequestError(f"{where}: {message}" if where else message, where or None) from None
 
 
 def json_response(content: Any) -> Response:
