@@ -16,6 +16,7 @@ and each worker would hold a copy): use it for server engines.
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from itertools import islice
@@ -30,6 +31,9 @@ _worker_engine: Engine | None = None  # the engine of this worker process, built
 
 def _start_worker(recipe: Callable[[], Engine]) -> None:
     global _worker_engine
+    # Ctrl-C reaches the whole process group: the run in the main process stops cleanly and closes the
+    # pool; a worker dying of it first would turn the reads it held into recorded failures.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _worker_engine = recipe()
 
 
