@@ -6,14 +6,15 @@ engine, every question in one read where the engine reads canvases, in vLLM's an
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import uuid
-from typing import Any, Callable
+from typing import Annotated, Any, Callable, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
 from diffjev.auth_throttle import LoginThrottle, Throttled
 from diffjev.engines.base import Engine, EngineError
@@ -188,3 +189,146 @@ def jev_diagnostics(decision: Any) -> dict[str, Any]:
     if decision.diagnostics.get("skipped"):
         diagnostics["skipped"] = decision.diagnostics["skipped"]
     return diagnostics
+
+
+# --- `POST /v1/decisions`: vLLM 0.33's strict OpenAI-style decision API (vllm/entrypoints/openai/decisions) ---
+
+ShortText = Annotated[StrictStr, Field(max_length=1048576)]
+InputText = Annotated[StrictStr, Field(max_length=10485760)]
+ChoiceValue = StrictStr | StrictBool
+
+
+class DecisionModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DecisionInputText(DecisionModel):
+    type: Literal["input_text"]
+    text: InputText
+
+
+class DecisionInputMessage(DecisionModel):
+    role: Literal["user"]
+    content: InputText | Annotated[list[DecisionInputText], Field(max_length=16384)]
+    type: Literal["message"] = "message"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_images(cls, data: Any) -> Any:
+        content = data.get("content") if isinstance(data, dict) else None
+        if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "input_image" for p in content):
+            raise ValueError("Decisions supports text input only; images are not supported")
+        return data
+
+
+class DecisionQuestionBase(DecisionModel):
+    instructions: ShortText
+    name: ShortText | None = None
+
+    @model_validator(mode="after")
+    def _name_is_a_string(self) -> "DecisionQuestionBase":
+        if "name" in self.model_fields_set and self.name is None:
+            raise ValueError("name must be a string when provided")
+        return self
+
+
+class PredicateQuestion(DecisionQuestionBase):
+    type: Literal["predicate"]
+
+
+class ChoiceOption(DecisionModel):
+    value: ChoiceValue
+    description: ShortText = ""
+
+
+class ChoiceQuestion(DecisionQuestionBase):
+    type: Literal["choice"]
+    choices: list[ChoiceOption] = Field(min_length=2, max_length=255)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "ChoiceQuestion":
+        values = [(type(c.value), c.value) for c in self.choices]
+        if len(set(values)) != len(values):
+            raise ValueError("choice values must be distinct")
+        return self
+
+
+class ScoreLevel(DecisionModel):
+    label: ShortText
+    description: ShortText = ""
+
+
+class ScoreQuestion(DecisionQuestionBase):
+    type: Literal["score"]
+    levels: list[ScoreLevel] = Field(min_length=2, max_length=10)
+
+
+DecisionQuestion = Annotated[PredicateQuestion | ChoiceQuestion | ScoreQuestion, Field(discriminator="type")]
+
+
+class DecisionRequest(DecisionModel):
+    model: ShortText
+    input: InputText | Annotated[list[DecisionInputMessage], Field(max_length=131072)]
+    questions: list[DecisionQuestion] = Field(min_length=1, max_length=200)
+    safety_identifier: Annotated[StrictStr, Field(max_length=128)] | None = None
+    joint: StrictBool = False
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=1024)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_cache_salt(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            check_cache_salt(data.get("cache_salt"))
+        return data
+
+    def input_text(self) -> str:
+        """The state the questions are about: the input, or its messages' texts joined (vLLM's input_text)."""
+        if isinstance(self.input, str):
+            return self.input
+        return "\n\n".join(
+            m.content if isinstance(m.content, str) else "\n".join(p.text for p in m.content) for m in self.input
+        )
+
+    def read_schema(self) -> Schema:
+        """The questions as vLLM reads them (adapters.make_read_question): each a choice over lettered
+        options, a predicate's false / true, a choice's values JSON-encoded, a score's level labels."""
+        questions = []
+        for i, q in enumerate(self.questions):
+            if isinstance(q, PredicateQuestion):
+                options: list[Any] = ["false", "true"]
+            elif isinstance(q, ChoiceQuestion):
+                options = [_option(json.dumps(c.value, ensure_ascii=False), c.description) for c in q.choices]
+            else:
+                options = [_option(level.label, level.description) for level in q.levels]
+            questions.append({"id": f"q{i}", "type": "choice", "instructions": q.instructions, "options": options})
+        return Schema.from_dict({"questions": questions, "samples": 1})
+
+
+def _option(name: str, description: str) -> Any:
+    return {"name": name, "description": description} if description else name
+
+
+def decision_answer(question: Any, probs: list[float], label_mass: float) -> dict[str, Any]:
+    """One answer in vLLM's shape (adapters.make_answer) from the read's option probabilities."""
+    if isinstance(question, PredicateQuestion):
+        return {"type": "predicate", "name": question.name, "probability": probs[1]}
+    top = max(range(len(probs)), key=probs.__getitem__)
+    confidence = probs[top] * label_mass
+    if isinstance(question, ChoiceQuestion):
+        return {
+            "type": "choice",
+            "name": question.name,
+            "choice": question.choices[top].value,
+            "probabilities": [{"value": c.value, "probability": p} for c, p in zip(question.choices, probs)],
+            "confidence": confidence,
+        }
+    return {
+        "type": "score",
+        "name": question.name,
+        "score": sum(i * p for i, p in enumerate(probs)),
+        "probabilities": [
+            {"value": i, "label": level.label, "probability": p}
+            for i, (level, p) in enumerate(zip(question.levels, probs))
+        ],
+        "confidence": confidence,
+    }

@@ -33,9 +33,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
-from diffjev.api import StructuredDecisionRequest
+from diffjev.api import DecisionRequest, StructuredDecisionRequest, decision_answer
 from diffjev.canvas import DEFAULT_MAX_WIDTH, MAX_CHARS_PER_TOKEN, Canvas
-from diffjev.decide import Decision, decide
+from diffjev.decide import Decision, decide, slot_distribution
 from diffjev.engines.transformers import TransformersEngine
 from diffjev.jev import check_upstream_limits, joint_canvases, question_canvas
 from diffjev.schema import Schema, SchemaError
@@ -409,6 +409,42 @@ def create_app(
                 },
                 "diagnostics": decision.jev_diagnostics(),
                 "joint": joint_diagnostics(canvases) if joint else None,
+            }
+        )
+
+    @app.post("/v1/decisions")
+    async def decisions(request: Request) -> JSONResponse:
+        body = await _json_body(request)
+        req = _validated(DecisionRequest, body)
+        check_model(req.model)
+        try:
+            schema = req.read_schema()
+            check_upstream_limits(schema)
+        except SchemaError as exc:
+            raise RequestError(str(exc), "questions") from None
+        # The Decisions API has no instructions field: the input alone is the state.
+        canvases, _ = decision_canvases(schema, req.input_text(), "", req.joint)
+        await asyncio.sleep(service_latency_s)
+        reads = await run_in_threadpool(locked, engine.read, canvases)
+        merged = {q: slot for read in reads for q, slot in read.items()}
+        label_ids = {q: ids for canvas in canvases for q, ids in canvas.label_ids.items()}
+        answers = []
+        for question, asked in zip(schema.questions, req.questions):
+            dist = slot_distribution(question, label_ids[question.id], merged[question.id])
+            answers.append(decision_answer(asked, list(dist.probs), dist.label_mass))
+        input_tokens = sum(len(c.prompt_ids) for c in canvases)
+        output_tokens = 2 * len(canvases)
+        return JSONResponse(
+            {
+                "model": served_model_name,
+                "answers": answers,
+                "usage": {
+                    "input_tokens": input_tokens,
+                    "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                    "output_tokens": output_tokens,
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": input_tokens + output_tokens,
+                },
             }
         )
 
