@@ -98,7 +98,8 @@ def test_jev_api_answers_with_the_studios_engine(studio):
             ["questions", "q", "x"],
         ),
         ({"questions": {"q": {"type": "rating", "instructions": "?"}}}, ["questions", "q", "type"]),
-        ({"state": None}, ["state"]),
+        # a null state is read as vLLM 0.33 reads it (any JSON state is rendered), so the refusal is elsewhere
+        ({"state": None, "questions": 5}, ["questions"]),
     ],
 )
 def test_jev_api_bad_bodies_get_a_422_naming_the_field(studio, change, where):
