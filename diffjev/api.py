@@ -6,13 +6,18 @@ engine, every question in one read where the engine reads canvases, in vLLM's an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Annotated, Any, Callable, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
@@ -21,14 +26,24 @@ from diffjev.engines.base import Engine, EngineError
 from diffjev.errors import SchemaError
 from diffjev.passwords import PasswordBook
 from diffjev.read import read
-from diffjev.schema import Schema
+from diffjev.jev import UpstreamError, UpstreamRead, upstream_schema
+from diffjev.question_types import LETTERS, Alternative
+from diffjev.schema import Question, Schema, staging_from_dict
 
 
 class JevQuestion(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: str
-    instructions: str
+    """vLLM's QuestionSpec: instructions may be left out or be any JSON (read as text); an unknown field
+    passes validation and is refused by `upstream_schema`, with the question's id."""
+
+    model_config = ConfigDict(extra="allow")
+    type: Any = None
+    instructions: Any = ""
     criteria: Any = None
+
+    def spec(self) -> dict[str, Any]:
+        """vLLM's fields and any unknown ones, without diffjev's staging fields."""
+        fields = {"type": self.type, "instructions": self.instructions, "criteria": self.criteria}
+        return {**fields, **(self.model_extra or {})}
 
 
 # vLLM's cache salt rule (`validate_cache_salt`): non-empty, at most 128 characters, none of these.
@@ -71,15 +86,12 @@ class StructuredDecisionRequest(BaseModel):
             check_cache_salt(data.get("cache_salt"))
         return data
 
-    def schema(self) -> Schema:
-        """The request's questions as a Schema; a bad one raises SchemaError."""
-        return Schema.from_dict(
-            {
-                "questions": {qid: q.model_dump(exclude_none=True) for qid, q in self.questions.items()},
-                **({"instructions": self.instructions} if self.instructions else {}),
-                "samples": 1,
-            }
-        )
+    def upstream_schema(self) -> Schema:
+        """The questions as vLLM 0.33 reads them; UpstreamError with its message where it refuses one."""
+        return upstream_schema({qid: q.spec() for qid, q in self.questions.items()}, self.instructions)
+
+
+STAGING_FIELDS = {"depends_on", "ask_if", "alone"}
 
 
 class StagedJevQuestion(JevQuestion):
@@ -95,6 +107,17 @@ class StagedDecisionRequest(StructuredDecisionRequest):
     read alone. vLLM's own endpoint refuses those fields; the stand-in server keeps vLLM's request."""
 
     questions: dict[str, StagedJevQuestion]
+
+    def schema(self) -> Schema:
+        """The questions parsed by vLLM's rules (`upstream_schema`), with their staging; UpstreamError or
+        SchemaError with the question and field where one is refused."""
+        parsed = self.upstream_schema()
+        staged = []
+        for q in parsed.questions:
+            asked = self.questions[q.id]
+            given = {k: v for k, v in asked.model_dump(include=STAGING_FIELDS).items() if v is not None}
+            staged.append(dataclasses.replace(q, **staging_from_dict(q.id, given)) if given else q)
+        return Schema(tuple(staged), instructions=parsed.instructions)
 
 
 def password_matches(allowed: PasswordBook, username: str, password: str) -> bool:
@@ -140,6 +163,55 @@ def membership(login: Any, may_read: Callable[[str], bool]) -> Any:
     return Depends(check)
 
 
+def error_response(
+    message: str, status: int = 400, param: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    """vLLM's ErrorResponse: `{error: {message, type, param, code}}`, with the status as its code."""
+    kind = {
+        400: "BadRequestError",
+        401: "AuthenticationError",
+        403: "PermissionDeniedError",
+        404: "NotFoundError",
+        429: "RateLimitError",
+        503: "ServiceUnavailableError",
+    }.get(status, "InternalServerError")
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": param, "code": status}},
+        status_code=status,
+        headers=headers,
+    )
+
+
+def validation_param(errors: Sequence[Any]) -> tuple[str, str | None]:
+    """The first validation error as vLLM words it, `"where: what"`, and where (the dotted field path)."""
+    first = errors[0] if errors else {}
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
+    if not where and "cache_salt" in message:
+        where = "cache_salt"
+    return (f"{where}: {message}" if where else message), where or None
+
+
+class VLLMErrorRoute(APIRoute):
+    """A route that answers as vLLM does when it refuses: a bad body is a 400 ErrorResponse naming the
+    field (not FastAPI's 422 `{"detail"}`), and the login, membership and engine refusals keep their status
+    in the same shape. Scoped to the Jev API's routes, so the studio's own pages keep their handlers."""
+
+    def get_route_handler(self) -> Callable:
+        handler = super().get_route_handler()
+
+        async def answer(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:
+                message, param = validation_param(exc.errors())
+                return error_response(message, 400, param)
+            except HTTPException as exc:
+                return error_response(str(exc.detail), exc.status_code, None, dict(exc.headers or {}))
+
+        return answer
+
+
 def jev_router(
     engine_now: Callable[[], Engine],
     users: list[tuple[str, str]] | None = None,
@@ -147,27 +219,34 @@ def jev_router(
     may_read: Callable[[str], bool] | None = None,
 ) -> APIRouter:
     login = basic_auth(users, throttle)
-    router = APIRouter(dependencies=login + ([membership(login[0], may_read)] if login and may_read else []))
+    dependencies = login + ([membership(login[0], may_read)] if login and may_read else [])
+    router = APIRouter(dependencies=dependencies, route_class=VLLMErrorRoute)
 
     @router.post("/v1/systemone")
-    def systemone(request: StagedDecisionRequest) -> dict[str, Any]:
+    def systemone(request: StagedDecisionRequest, http: Request) -> dict[str, Any]:
         if request.images or request.audio or request.videos:
-            raise HTTPException(422, [{"loc": ["body", "images"], "msg": "this server reads text states only"}])
+            raise HTTPException(400, "this studio reads text states only; send no images, audio or videos")
         try:
             schema = request.schema()
+        except UpstreamError as exc:
+            raise HTTPException(400, str(exc)) from None
         except SchemaError as exc:
-            loc = ["body", "questions"] + ([exc.question] if exc.question else []) + ([exc.field] if exc.field else [])
-            raise HTTPException(422, [{"loc": loc, "msg": str(exc), "type": "value_error"}]) from None
+            raise HTTPException(
+                400, f"questions.{exc.question or ''}{'.' + exc.field if exc.field else ''}: {exc}"
+            ) from None
         try:  # the studio's engine may still be loading, or have failed to: 503, with the reason
             engine = engine_now()
         except EngineError as exc:
             raise HTTPException(503, str(exc), headers={"Retry-After": "10"}) from None
         try:
             decision = read(schema, request.state, engine)
-        except (EngineError, SchemaError) as exc:
-            raise HTTPException(502 if isinstance(exc, EngineError) else 422, str(exc)) from None
+        except SchemaError as exc:
+            raise HTTPException(400, str(exc)) from None
+        except EngineError as exc:
+            raise HTTPException(503, f"the studio's engine could not read this request: {exc}") from None
         return {
-            "id": f"sd-{uuid.uuid4().hex}",
+            # vLLM names the read after the caller's X-Request-Id header where one is sent, else request_id.
+            "id": f"decision-{http.headers.get('X-Request-Id') or request.request_id}",
             "object": "structured_decision",
             "created": int(time.time()),
             "model": engine.model_name,
@@ -177,15 +256,29 @@ def jev_router(
                 "output_tokens": decision.diagnostics.get("width") or 0,
             },
             "diagnostics": jev_diagnostics(decision),
+            "joint": studio_joint(decision) if request.joint else None,
         }
 
     return router
 
 
+def studio_joint(decision: Any) -> dict[str, Any]:
+    """vLLM 0.33's `joint` key for the studio's read: every slot question on the template's one canvas
+    (per draw), where the engine reads canvases; no canvases where it does not say."""
+    d = decision.diagnostics
+    slots = d.get("slots")
+    if not slots or not d.get("width"):
+        return {"canvases": []}
+    return {"canvases": [{"questions": list(slots), "width": d["width"], "slots": list(slots.values())}]}
+
+
 def jev_diagnostics(decision: Any) -> dict[str, Any]:
     """Per question, label mass and whether the top token was a label; and `skipped`, when a staged
     question was not read, with why (`because`, `was`, `wanted`)."""
-    diagnostics: dict[str, Any] = decision.jev_diagnostics()
+    # vLLM's argmax_is_label is a bool: an engine that does not say counts as not shown to be a label.
+    diagnostics: dict[str, Any] = {
+        qid: {**d, "argmax_is_label": bool(d["argmax_is_label"])} for qid, d in decision.jev_diagnostics().items()
+    }
     if decision.diagnostics.get("skipped"):
         diagnostics["skipped"] = decision.diagnostics["skipped"]
     return diagnostics
@@ -291,25 +384,26 @@ class DecisionRequest(DecisionModel):
 
     def read_schema(self) -> Schema:
         """The questions as vLLM reads them (adapters.make_read_question): each a choice over lettered
-        options, a predicate's false / true, a choice's values JSON-encoded, a score's level labels."""
+        options, ids "0", "1", ...; a predicate's false / true, a choice's values JSON-encoded, a score's
+        level labels. More options than letters: UpstreamError, as vLLM."""
         questions = []
         for i, q in enumerate(self.questions):
             if isinstance(q, PredicateQuestion):
-                options: list[Any] = ["false", "true"]
+                options: list[tuple[str, str]] = [("false", ""), ("true", "")]
             elif isinstance(q, ChoiceQuestion):
-                options = [_option(json.dumps(c.value, ensure_ascii=False), c.description) for c in q.choices]
+                options = [(json.dumps(c.value, ensure_ascii=False), c.description) for c in q.choices]
             else:
-                options = [_option(level.label, level.description) for level in q.levels]
-            questions.append({"id": f"q{i}", "type": "choice", "instructions": q.instructions, "options": options})
-        return Schema.from_dict({"questions": questions, "samples": 1})
+                options = [(level.label, level.description) for level in q.levels]
+            if len(options) > len(LETTERS):
+                raise UpstreamError(f"This model supports at most {len(LETTERS)} choices per question")
+            alternatives = tuple(Alternative(n, label, d or None) for (n, d), label in zip(options, LETTERS))
+            questions.append(Question(str(i), "choice", q.instructions, alternatives))
+        return Schema(tuple(questions))
 
 
-def _option(name: str, description: str) -> Any:
-    return {"name": name, "description": description} if description else name
-
-
-def decision_answer(question: Any, probs: list[float], label_mass: float) -> dict[str, Any]:
+def decision_answer(question: Any, read: UpstreamRead) -> dict[str, Any]:
     """One answer in vLLM's shape (adapters.make_answer) from the read's option probabilities."""
+    probs, label_mass = read.probs, read.label_mass
     if isinstance(question, PredicateQuestion):
         return {"type": "predicate", "name": question.name, "probability": probs[1]}
     top = max(range(len(probs)), key=probs.__getitem__)

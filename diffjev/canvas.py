@@ -143,6 +143,9 @@ def system_text(schema: Schema) -> str:
     return "\n\n".join(parts)
 
 
+SINGLE_LABEL_PROBES = ("B", "A")
+
+
 def resolve_layout(
     tokenizer: Any,
     fmt: ModelFormat,
@@ -165,14 +168,17 @@ def resolve_layout(
         position: int | None = None
         bad: list[str] = []
         ids: list[int | None] = [None] * len(q.labels)
-        for i, label in enumerate(q.labels[1:], start=1):
+        # A question of one answer (vLLM takes a one-option choice) finds its slot with a stand-in second label.
+        swaps = q.labels[1:] or (next(p for p in SINGLE_LABEL_PROBES if p != q.labels[0]),)
+        for i, label in enumerate(swaps, start=1):
             alt = encode({**base_fill, q.id: label})
             diff = [p for p, (a, b) in enumerate(zip(base, alt)) if a != b] if len(alt) == len(base) else []
             if len(diff) != 1 or (position is not None and diff[0] != position):
                 bad.append(label)
                 continue
             position = diff[0]
-            ids[i] = alt[position]
+            if i < len(ids):
+                ids[i] = alt[position]
         if bad or position is None:
             raise SchemaError(
                 f"labels {', '.join(q.labels[:1] + tuple(bad))} do not each fill exactly one token at one slot "

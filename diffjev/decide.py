@@ -145,7 +145,8 @@ def aggregate(question: Question, draws: Sequence[SlotDistribution]) -> Answer:
     k = len(question.alternatives)
     mean = [sum(d.probs[i] for d in draws) / n for i in range(k)]
     order = sorted(range(k), key=lambda i: mean[i], reverse=True)
-    top, second = order[0], order[1]
+    top = order[0]
+    margin = mean[top] - mean[order[1]] if k > 1 else 1.0  # one answer: nothing to be confused with
     stderr = agreement = None
     if n > 1:
         tops = [d.probs[top] for d in draws]
@@ -160,7 +161,7 @@ def aggregate(question: Question, draws: Sequence[SlotDistribution]) -> Answer:
         probabilities={name: p for name, p in zip(question.names, mean)},
         confidence=mean[top],
         entropy=entropy(mean),
-        margin=mean[top] - mean[second],
+        margin=margin,
         label_mass=sum(d.label_mass for d in draws) / n,
         draws=n,
         stderr=stderr,

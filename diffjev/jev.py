@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 UPSTREAM_MAX_QUESTIONS = 64
 UPSTREAM_LABELS = {"choice": LETTERS, "yes_no": ("yes", "no"), "score": DIGITS}
 UPSTREAM_TYPES = {"choice": "choice", "noul": "yes_no", "score": "score"}  # the wire name -> diffjev's kind
+UPSTREAM_QUESTION_FIELDS = {"type", "instructions", "criteria"}
 JOINT_REPLY = 'Reply with one line per question, in order, formatted as "number: answer".'
 THINKING_ON = "a read is the reply's first token, so thinking must be off"
 
@@ -64,6 +65,12 @@ def upstream_schema(questions: Mapping[str, Mapping[str, Any]], instructions: st
         raise UpstreamError("questions: needs at least one question")
     if len(questions) > UPSTREAM_MAX_QUESTIONS:
         raise UpstreamError(f"questions: at most {UPSTREAM_MAX_QUESTIONS} for this model")
+    for qid, q in questions.items():
+        unknown = sorted(set(q) - UPSTREAM_QUESTION_FIELDS)
+        if unknown:
+            raise UpstreamError(
+                f"question {qid!r}: unknown fields {unknown}; a question has {sorted(UPSTREAM_QUESTION_FIELDS)}"
+            )
     parsed = tuple(
         upstream_question(qid, q.get("type"), q.get("instructions", ""), q.get("criteria"))
         for qid, q in questions.items()

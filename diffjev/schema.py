@@ -209,7 +209,9 @@ def question_from_dict(qid: str, spec: Any, jev_form: bool = False) -> Question:
             field="instructions",
         )
     parsed = qtype.parse(qid, spec, written, jev_form)
-    return dataclasses.replace(parsed, instructions=instructions, **_staging(qid, spec), part_of=_part_of(qid, spec))
+    return dataclasses.replace(
+        parsed, instructions=instructions, **staging_from_dict(qid, spec), part_of=_part_of(qid, spec)
+    )
 
 
 def _part_of(qid: str, spec: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -235,7 +237,7 @@ def _kinds_listed() -> str:
     return ", ".join(names[:-1]) + f" or {names[-1]}"
 
 
-def _staging(qid: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+def staging_from_dict(qid: str, spec: Mapping[str, Any]) -> dict[str, Any]:
     """The staging fields' shapes; how they fit the other questions is `staging.check_stages`'s to say."""
     depends_on = spec.get("depends_on", [])
     if not isinstance(depends_on, list) or not all(isinstance(d, str) and d for d in depends_on):

@@ -33,11 +33,10 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 
-from diffjev.api import DecisionRequest, StructuredDecisionRequest, decision_answer
+from diffjev.api import DecisionRequest, StructuredDecisionRequest, decision_answer, error_response, validation_param
 from diffjev.canvas import DEFAULT_MAX_WIDTH, MAX_CHARS_PER_TOKEN, Canvas
-from diffjev.decide import Decision, decide, slot_distribution
 from diffjev.engines.transformers import TransformersEngine
-from diffjev.jev import check_upstream_limits, joint_canvases, question_canvas
+from diffjev.jev import UpstreamError, joint_canvases, question_canvas, read_upstream, upstream_answer
 from diffjev.schema import Schema, SchemaError
 
 logger = logging.getLogger(__name__)
@@ -51,17 +50,6 @@ class RequestError(Exception):
     def __init__(self, message: str, param: str | None = None, status: int = 400):
         super().__init__(message)
         self.message, self.param, self.status = message, param, status
-
-
-def error_response(
-    message: str, status: int = 400, param: str | None = None, headers: dict[str, str] | None = None
-) -> JSONResponse:
-    kind = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError"}.get(status, "InternalServerError")
-    return JSONResponse(
-        {"error": {"message": message, "type": kind, "param": param, "code": status}},
-        status_code=status,
-        headers=headers,
-    )
 
 
 def require_api_key(app: FastAPI, api_key: str) -> None:
@@ -256,9 +244,8 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-        return error_response(f"{where}: {first.get('msg', 'invalid request')}", 400, where or None)
+        message, param = validation_param(exc.errors())
+        return error_response(message, 400, param)
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
@@ -386,29 +373,29 @@ def create_app(
         # vLLM names the read after the caller's X-Request-Id header where one is sent, else `request_id`.
         request_id = f"decision-{request.headers.get('X-Request-Id') or req.request_id}"
         try:
-            schema = req.schema()
-            check_upstream_limits(schema)
-        except SchemaError as exc:
+            schema = req.upstream_schema()
+        except UpstreamError as exc:
             raise RequestError(str(exc), "questions") from None
         canvases, joint = decision_canvases(schema, req.state, req.instructions or "", req.joint)
         await asyncio.sleep(service_latency_s)
-        reads = await run_in_threadpool(locked, engine.read, canvases)
-        label_ids = {q: ids for canvas in canvases for q, ids in canvas.label_ids.items()}
-        merged = {q: slot for read in reads for q, slot in read.items()}
-        decision = Decision(decide(schema, [merged], label_ids), schema)
+        reads = await run_in_threadpool(locked, read_upstream, engine, canvases)
         return JSONResponse(
             {
                 "id": request_id,
                 "object": "structured_decision",
                 "created": int(time.time()),
                 "model": served_model_name,
-                "answers": decision.to_jev(),
+                "answers": {q.id: upstream_answer(q, reads[q.id]) for q in schema.questions},
                 "usage": {
                     "input_tokens": sum(len(c.prompt_ids) for c in canvases),
-                    "output_tokens": sum(c.reply_tokens for c in canvases) if joint else 2 * len(canvases),
+                    "output_tokens": sum(c.reply_tokens for c in canvases),
                 },
-                "diagnostics": decision.jev_diagnostics(),
-                "joint": joint_diagnostics(canvases) if joint else None,
+                "diagnostics": {
+                    q.id: {"label_mass": reads[q.id].label_mass, "argmax_is_label": reads[q.id].argmax_is_label}
+                    for q in schema.questions
+                },
+                # Asked for jointly, the key lists the joint canvases read: none where the read fell back.
+                "joint": {"canvases": joint_diagnostics(canvases) if joint else []} if req.joint else None,
             }
         )
 
@@ -419,21 +406,15 @@ def create_app(
         check_model(req.model)
         try:
             schema = req.read_schema()
-            check_upstream_limits(schema)
-        except SchemaError as exc:
+        except UpstreamError as exc:
             raise RequestError(str(exc), "questions") from None
         # The Decisions API has no instructions field: the input alone is the state.
         canvases, _ = decision_canvases(schema, req.input_text(), "", req.joint)
         await asyncio.sleep(service_latency_s)
-        reads = await run_in_threadpool(locked, engine.read, canvases)
-        merged = {q: slot for read in reads for q, slot in read.items()}
-        label_ids = {q: ids for canvas in canvases for q, ids in canvas.label_ids.items()}
-        answers = []
-        for question, asked in zip(schema.questions, req.questions):
-            dist = slot_distribution(question, label_ids[question.id], merged[question.id])
-            answers.append(decision_answer(asked, list(dist.probs), dist.label_mass))
+        reads = await run_in_threadpool(locked, read_upstream, engine, canvases)
+        answers = [decision_answer(asked, reads[q.id]) for q, asked in zip(schema.questions, req.questions)]
         input_tokens = sum(len(c.prompt_ids) for c in canvases)
-        output_tokens = 2 * len(canvases)
+        output_tokens = sum(c.reply_tokens for c in canvases)
         return JSONResponse(
             {
                 "model": served_model_name,
@@ -452,7 +433,13 @@ def create_app(
         """The canvases a read takes, and whether they are joint. As vLLM 0.33: one question reads best on
         its own prompt, and where the joint answer lines do not fit the tokenizer the read falls back to one
         canvas per question, with a warning."""
-        per_question = lambda: [question_canvas(builder, q, state, instructions) for q in schema.questions]  # noqa: E731
+
+        def per_question() -> list[Canvas]:
+            try:
+                return [question_canvas(builder, q, state, instructions) for q in schema.questions]
+            except (SchemaError, UpstreamError) as exc:
+                raise RequestError(str(exc), "questions") from None
+
         if not joint or len(schema.questions) < 2:
             return per_question(), False
         try:
@@ -464,13 +451,9 @@ def create_app(
     return app
 
 
-def joint_diagnostics(canvases: list[Canvas]) -> dict[str, Any]:
-    """vLLM 0.33's `joint` key: per canvas, the question ids it read, its width and each slot's position."""
-    return {
-        "canvases": [
-            {"questions": list(c.slots), "width": len(c.ids), "slots": list(c.slots.values())} for c in canvases
-        ]
-    }
+def joint_diagnostics(canvases: list[Canvas]) -> list[dict[str, Any]]:
+    """vLLM 0.33's `joint` canvases: per canvas, the question ids it read, its width and each slot's position."""
+    return [{"questions": list(c.slots), "width": len(c.ids), "slots": list(c.slots.values())} for c in canvases]
 
 
 def _validated(model: type[BaseModel], body: dict[str, Any]) -> Any:
@@ -478,12 +461,7 @@ def _validated(model: type[BaseModel], body: dict[str, Any]) -> Any:
     try:
         return model.model_validate(body)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        if not where and "cache_salt" in first["msg"]:
-            where = "cache_salt"
-        message = first["msg"].removeprefix("Value error, ")
-        raise RequestError(f"{where}: {message}" if where else message, where or None) from None
+        raise RequestError(*validation_param(exc.errors())) from None
 
 
 def json_response(content: Any) -> Response:

@@ -96,9 +96,9 @@ def test_jev_engine_matches_an_in_process_per_question_read(vllm_server, dgemma_
         ),
         (
             {"questions": {"q": {"type": "score", "instructions": "?", "criteria": [f"l{i}" for i in range(11)]}}},
-            "at most 10 score levels",
+            "at most 10 options",
         ),
-        ({"questions": {"q": {"type": "rating", "instructions": "?"}}}, "unknown kind"),
+        ({"questions": {"q": {"type": "rating", "instructions": "?"}}}, "unknown question type"),
         ({"questions": {}}, "at least one question"),
         ({"questions": "urgent"}, "questions"),
         ({"model": "other"}, "does not exist"),

@@ -362,17 +362,12 @@ SERVED_WIDTH = 64  # conftest's vllm_server
 
 
 def joint_expected(engine, schema, state):
-    """The schema read on upstream's joint canvases in-process: each question's distribution, and the
-    number of canvases (one model pass each)."""
-    from diffjev.jev import joint_canvases
+    """The schema read on upstream's joint canvases in-process and scored as vLLM scores them (a label by
+    the larger of its two spellings): each question's read, and the canvases (one model pass each)."""
+    from diffjev.jev import joint_canvases, read_upstream
 
     canvases = joint_canvases(engine.builder, schema, state, schema.instructions or "", SERVED_WIDTH)
-    reads = engine.read(canvases)
-    out = {}
-    for canvas, slot_reads in zip(canvases, reads):
-        for qid, ids in canvas.label_ids.items():
-            out[qid] = slot_distribution(schema.question(qid), ids, slot_reads[qid])
-    return out, canvases
+    return read_upstream(engine, canvases), canvases
 
 
 @needs_joint_layout

@@ -90,25 +90,64 @@ def test_jev_api_answers_with_the_studios_engine(studio):
 
 
 @pytest.mark.parametrize(
-    "change, where",
+    "change, says",
     [
-        ({"questions": {"q": {"type": "choice", "instructions": "?", "criteria": {"a": None}}}}, ["questions", "q"]),
         (
             {"questions": {"q": {"type": "choice", "instructions": "?", "criteria": {"a": None, "b": None}, "x": 1}}},
-            ["questions", "q", "x"],
+            "question 'q': unknown fields ['x']",
         ),
-        ({"questions": {"q": {"type": "rating", "instructions": "?"}}}, ["questions", "q", "type"]),
-        # a null state is read as vLLM 0.33 reads it (any JSON state is rendered), so the refusal is elsewhere
-        ({"state": None, "questions": 5}, ["questions"]),
+        ({"questions": {"q": {"type": "rating", "instructions": "?"}}}, "unknown question type 'rating'"),
+        ({"questions": {"q": {"type": "bool", "instructions": "?"}}}, "unknown question type 'bool'"),
+        ({"questions": {"q": {"type": "score", "criteria": [str(i) for i in range(11)]}}}, "at most 10"),
+        ({"questions": 5}, "questions: "),
+        ({"joint": 1}, "joint: "),
+        ({"surprise": True}, "surprise: Extra inputs"),
+        ({"priority": 2**63}, "priority: "),
+        ({"cache_salt": "a/b"}, "must not contain"),
+        ({"questions": {"u": {"type": "noul", "depends_on": ["nobody"]}}}, "nobody"),
     ],
 )
-def test_jev_api_bad_bodies_get_a_422_naming_the_field(studio, change, where):
+def test_jev_api_refuses_as_vllm_033_does_with_a_400_naming_the_field(studio, change, says):
     server, _ = studio
     body = {"state": "x", "questions": {"u": {"type": "noul", "instructions": "?"}}, **change}
     response = httpx.post(f"{server.url}/v1/systemone", json=body, timeout=30, auth=USERS[0])
-    assert response.status_code == 422
-    locations = [[str(p) for p in d["loc"]] for d in response.json()["detail"]]
-    assert any(loc[1 : 1 + len(where)] == where for loc in locations), locations
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["code"] == 400
+    assert says in error["message"], error
+
+
+def test_jev_api_takes_what_vllm_033_takes(studio):
+    """A question without instructions, a one-option choice, a JSON state, the extreme priority: read."""
+    server, _ = studio
+    body = {
+        "state": {"ticket": "Everything is down.", "n": 3},
+        "questions": {
+            "urgent": {"type": "noul"},
+            "only": {"type": "choice", "instructions": "Which?", "criteria": {"billing": None}},
+        },
+        "priority": -(2**63),
+        "joint": True,
+        "request_id": "r1",
+    }
+    response = httpx.post(f"{server.url}/v1/systemone", json=body, timeout=60, auth=USERS[0])
+    assert response.status_code == 200, response.text
+    data = response.json()
+    assert data["id"] == "decision-r1" and data["answers"]["only"]["choice"] == "billing"
+    assert data["answers"]["only"]["probabilities"] == {"billing": pytest.approx(1.0)}
+    assert all(isinstance(d["argmax_is_label"], bool) for d in data["diagnostics"].values())
+    # the studio reads every question on its template's one canvas: the joint key says where each slot is
+    (canvas,) = data["joint"]["canvases"]
+    assert canvas["questions"] == ["urgent", "only"] and len(canvas["slots"]) == 2
+    unasked = httpx.post(f"{server.url}/v1/systemone", json={**body, "joint": False}, timeout=60, auth=USERS[0])
+    assert unasked.json()["joint"] is None
+
+
+def test_jev_api_login_refusals_are_vllm_errors(studio):
+    server, _ = studio
+    response = httpx.post(f"{server.url}/v1/systemone", json={}, timeout=30, auth=("alice", "wrong"))
+    assert response.status_code == 401 and response.json()["error"]["code"] == 401
+    assert response.headers["WWW-Authenticate"] == "Basic"
 
 
 def test_any_answer_for_questions_with_more_than_nine_options(tmp_path, dgemma_engine):
