@@ -36,7 +36,7 @@ class JevQuestion(BaseModel):
     passes validation and is refused by `upstream_schema`, with the question's id."""
 
     model_config = ConfigDict(extra="allow")
-    type: Any = None
+    type: str
     instructions: Any = ""
     criteria: Any = None
 
@@ -256,7 +256,8 @@ def jev_router(
                 "output_tokens": decision.diagnostics.get("width") or 0,
             },
             "diagnostics": jev_diagnostics(decision),
-            "joint": studio_joint(decision) if request.joint else None,
+            # As vLLM 0.33: a single question is never read jointly, so its key is null even when asked.
+            "joint": studio_joint(decision) if request.joint and len(schema.questions) > 1 else None,
         }
 
     return router

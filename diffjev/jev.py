@@ -68,9 +68,7 @@ def upstream_schema(questions: Mapping[str, Mapping[str, Any]], instructions: st
     for qid, q in questions.items():
         unknown = sorted(set(q) - UPSTREAM_QUESTION_FIELDS)
         if unknown:
-            raise UpstreamError(
-                f"question {qid!r}: unknown fields {unknown}; a question has {sorted(UPSTREAM_QUESTION_FIELDS)}"
-            )
+            raise UpstreamError(f"question {qid!r}: unknown field(s) {unknown}")
     parsed = tuple(
         upstream_question(qid, q.get("type"), q.get("instructions", ""), q.get("criteria"))
         for qid, q in questions.items()

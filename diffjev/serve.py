@@ -41,9 +41,24 @@ from diffjev.schema import Schema, SchemaError
 
 logger = logging.getLogger(__name__)
 
-# Sampling fields vLLM rejects on a diffusion request ("not yet supported with diffusion").
-REJECTED_FOR_DIFFUSION = ("temperature", "min_p", "seed", "min_tokens", "logit_bias", "bad_words", "allowed_token_ids")
-DEFAULT_MAX_LOGPROBS = 32
+# Sampling fields vLLM rejects on a diffusion request (SamplingParams._validate_diffusion): only a value that
+# changes sampling is refused; its neutral value (temperature 1, min_p 0, an empty list) passes.
+NEUTRAL_FOR_DIFFUSION = {
+    "temperature": lambda v: v == 1.0,
+    "min_p": lambda v: v <= 1e-5,
+    "seed": lambda v: False,
+    "min_tokens": lambda v: v == 0,
+    "logit_bias": lambda v: not v,
+    "bad_words": lambda v: not v,
+    "allowed_token_ids": lambda v: not v,
+}
+NUMERIC_SAMPLING = ("temperature", "min_p", "seed", "min_tokens")
+DIFFUSION_REFUSAL = (
+    "The temperature, min_p, seed, min_tokens, logit_bias, bad_words, and allowed_token_ids sampling parameters "
+    "are not yet supported with diffusion models."
+)
+DEFAULT_MAX_LOGPROBS = 20  # vLLM's --max-logprobs default (ModelConfig.max_logprobs)
+MAX_LOGPROB_TOKEN_IDS = 128  # vllm.sampling_params
 
 
 class RequestError(Exception):
@@ -126,27 +141,67 @@ def diffusion_args(body: dict[str, Any], served_width: int, vocab: int) -> dict[
     }
 
 
+def sampling_refusal(body: dict[str, Any]) -> None:
+    """vLLM's refusal of the sampling fields a diffusion read cannot honour (a 400 naming the first)."""
+    for name, neutral in NEUTRAL_FOR_DIFFUSION.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        if name in NUMERIC_SAMPLING and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise RequestError(f"{name}: Input should be a valid number", name)
+        if not neutral(value):
+            raise RequestError(DIFFUSION_REFUSAL, name)
+
+
 def logprob_args(body: dict[str, Any], max_logprobs: int, vocab: int) -> dict[str, Any]:
+    """The logprob fields checked as vLLM 0.33's ChatCompletionRequest and SamplingParams check them. With
+    `logprob_token_ids`, top-k is not asked for (`to_sampling_params` passes logprobs=None), so
+    `top_logprobs` is then ignored, -1 and values past max_logprobs included."""
     logprobs = body.get("logprobs", False)
+    if logprobs is None:
+        logprobs = False
     if not isinstance(logprobs, bool):
-        raise RequestError("logprobs must be a bool", "logprobs")
+        raise RequestError("logprobs: Input should be a valid boolean", "logprobs")
     top = body.get("top_logprobs")
     if top is not None:
-        if not _is_int(top) or top < 0:
-            raise RequestError("top_logprobs must be a non-negative int", "top_logprobs")
-        if top > max_logprobs:
-            raise RequestError(
-                f"top_logprobs ({top}) is above the server's max_logprobs ({max_logprobs})", "top_logprobs"
-            )
-        if not logprobs:
-            raise RequestError("when using top_logprobs, logprobs must be set to true", "top_logprobs")
+        if isinstance(top, bool) or not isinstance(top, (int, float)):
+            raise RequestError("`top_logprobs` must be an integer.", "top_logprobs")
+        if top < 0 and top != -1:
+            raise RequestError("`top_logprobs` must be a positive value or -1.", "top_logprobs")
+        if (top == -1 or top > 0) and not logprobs:
+            raise RequestError("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
+        if top != int(top):
+            raise RequestError("top_logprobs: Input should be a valid integer", "top_logprobs")
+        top = int(top)
     ids = body.get("logprob_token_ids")
-    if ids is not None:
-        if not isinstance(ids, list) or not all(_is_int(t) and 0 <= t < vocab for t in ids):
-            raise RequestError(f"logprob_token_ids must be a list of token ids in [0, {vocab})", "logprob_token_ids")
+    if ids:
         if not logprobs:
-            raise RequestError("logprob_token_ids needs logprobs", "logprob_token_ids")
-    return {"logprobs": logprobs, "top": top or 0, "ids": ids}
+            raise RequestError("when using `logprob_token_ids`, `logprobs` must be set to true.", "logprob_token_ids")
+        if not isinstance(ids, list) or not all(_is_int(t) for t in ids):
+            raise RequestError("logprob_token_ids: Input should be a list of integers", "logprob_token_ids")
+        if len(ids) > MAX_LOGPROB_TOKEN_IDS:
+            raise RequestError(
+                f"Requested logprob_token_ids of length {len(ids)}, which is greater than max allowed: "
+                f"{MAX_LOGPROB_TOKEN_IDS}",
+                "logprob_token_ids",
+            )
+        outside = [t for t in ids if not 0 <= t < vocab]
+        if outside:
+            raise RequestError(
+                f"token_id(s) {outside} in logprob_token_ids contain out-of-vocab token ids. Vocabulary size: {vocab}",
+                "logprob_token_ids",
+            )
+        return {"logprobs": True, "top": None, "ids": list(dict.fromkeys(ids))}
+    if logprobs:
+        asked = vocab if top == -1 else (top or 0)
+        if asked > max_logprobs:
+            raise RequestError(
+                f"Requested sample logprobs of {asked}, which is greater than max allowed: {max_logprobs} "
+                "(the server's max_logprobs, --max-logprobs)",
+                "logprobs",
+            )
+        top = asked
+    return {"logprobs": logprobs, "top": top or 0, "ids": None}
 
 
 def text_messages(messages: Any) -> list[dict[str, Any]]:
@@ -267,9 +322,7 @@ def create_app(
         messages = text_messages(body.get("messages"))
         if body.get("stream"):
             raise RequestError("this server does not stream", "stream")
-        for name in REJECTED_FOR_DIFFUSION:
-            if body.get(name) is not None:
-                raise RequestError(f"{name} is not yet supported with diffusion", name)
+        sampling_refusal(body)
         lp = logprob_args(body, max_logprobs, vocab)
         diff = diffusion_args(body, canvas_length, vocab)
         kwargs = body.get("chat_template_kwargs") or {}
@@ -328,20 +381,27 @@ def create_app(
             content = []
             for pos, tid in enumerate(top_ids):
                 row = logprobs[pos]
-                wanted = lp["ids"] if lp["ids"] is not None else row.topk(lp["top"]).indices.tolist()
-                values = row[wanted].tolist()
+                # vLLM's candidates at a position: the sampled token first, then the asked ids (all of them)
+                # or the top k, each once; top-k keeps the first k of those.
+                asked = lp["ids"] if lp["ids"] is not None else row.topk(lp["top"]).indices.tolist()
+                candidates = list(dict.fromkeys([tid, *asked]))
+                if lp["ids"] is None:
+                    candidates = candidates[: lp["top"]]
+                values = row[candidates].tolist()
+                text = tokenizer.decode([tid])
                 content.append(
                     {
                         "token": token_text(tid, as_ids),
                         "logprob": max(float(row[tid]), -9999.0),
-                        "bytes": list(token_text(tid, as_ids).encode()),
+                        # the entry's bytes are its decoded text's, even where its token is token_id:N
+                        "bytes": list(text.encode("utf-8", errors="replace")),
                         "top_logprobs": [
                             {
-                                "token": token_text(t, as_ids),
+                                "token": (shown := token_text(t, as_ids)),
                                 "logprob": max(v, -9999.0),
-                                "bytes": list(token_text(t, as_ids).encode()),
+                                "bytes": list(shown.encode("utf-8", errors="replace")),
                             }
-                            for t, v in zip(wanted, values)
+                            for t, v in zip(candidates, values)
                         ],
                     }
                 )
@@ -354,6 +414,7 @@ def create_app(
                 "tool_calls": [],
             },
             "logprobs": {"content": content} if content is not None else None,
+            # a read-only read ignores EOS and is capped at the canvas: it always ends at its length
             "finish_reason": "length",
             "stop_reason": None,
         }
@@ -394,8 +455,8 @@ def create_app(
                     q.id: {"label_mass": reads[q.id].label_mass, "argmax_is_label": reads[q.id].argmax_is_label}
                     for q in schema.questions
                 },
-                # Asked for jointly, the key lists the joint canvases read: none where the read fell back.
-                "joint": {"canvases": joint_diagnostics(canvases) if joint else []} if req.joint else None,
+                # As vLLM 0.33: null unless read jointly (one question reads on its own prompt, joint or not).
+                "joint": {"canvases": joint_diagnostics(canvases)} if joint else None,
             }
         )
 

@@ -547,7 +547,7 @@ def test_the_jev_api_answers_only_members_of_some_project(tmp_path, dgemma_engin
     with db.session() as session:
         repo.set_members(session, "payroll", ["bob"], "owner")
     server, _ = serve_studio(db, dgemma_engine, name="payroll", auth=USERS)
-    body = {"state": "The export is broken.", "questions": {"urgent": {"type": "yes_no", "instructions": "Urgent?"}}}
+    body = {"state": "The export is broken.", "questions": {"urgent": {"type": "noul", "instructions": "Urgent?"}}}
     with server:
         refused = httpx.post(f"{server.url}/v1/systemone", json=body, auth=USERS[0], timeout=60)
         assert refused.status_code == 403 and "alice is not a member of any project" in refused.text

@@ -94,7 +94,7 @@ def test_jev_api_answers_with_the_studios_engine(studio):
     [
         (
             {"questions": {"q": {"type": "choice", "instructions": "?", "criteria": {"a": None, "b": None}, "x": 1}}},
-            "question 'q': unknown fields ['x']",
+            "question 'q': unknown field(s) ['x']",
         ),
         ({"questions": {"q": {"type": "rating", "instructions": "?"}}}, "unknown question type 'rating'"),
         ({"questions": {"q": {"type": "bool", "instructions": "?"}}}, "unknown question type 'bool'"),

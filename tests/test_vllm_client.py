@@ -89,8 +89,20 @@ def post(server, **changes):
         ({"x_diffusion_constrained": True}, 400, "logprob_token_ids"),
         ({"temperature": 0.5}, 400, "temperature"),
         ({"seed": 1}, 400, "seed"),
-        ({"logprobs": None, "top_logprobs": None, "logprob_token_ids": [1]}, 400, "logprob_token_ids needs logprobs"),
-        ({"top_logprobs": 99}, 400, "max_logprobs"),
+        (
+            {"logprobs": None, "top_logprobs": None, "logprob_token_ids": [1]},
+            400,
+            "when using `logprob_token_ids`, `logprobs` must be set to true",
+        ),
+        ({"top_logprobs": 25}, 400, "greater than max allowed: 20"),  # vLLM's default --max-logprobs
+        ({"top_logprobs": -1}, 400, "greater than max allowed: 20"),  # the whole vocabulary, without ids
+        ({"top_logprobs": -2}, 400, "must be a positive value or -1"),
+        ({"logprobs": False, "top_logprobs": 3}, 400, "`logprobs` must be set to true"),
+        ({"temperature": 0.7}, 400, "not yet supported with diffusion models"),
+        ({"min_p": 0.1}, 400, "not yet supported with diffusion models"),
+        ({"min_tokens": 2}, 400, "not yet supported with diffusion models"),
+        ({"logit_bias": {"5": 1.0}}, 400, "not yet supported with diffusion models"),
+        ({"logprob_token_ids": list(range(129))}, 400, "greater than max allowed: 128"),
         ({"model": "other"}, 404, "does not exist"),
         ({"messages": []}, 400, "messages"),
     ],
@@ -102,6 +114,26 @@ def test_server_validates_requests_as_vllm_does(vllm_server, changes, status, sa
     assert error["code"] == status and says in error["message"]
 
 
+@pytest.mark.parametrize(
+    "changes",
+    [
+        # vLLM refuses only values that change sampling: the neutral ones pass
+        {"temperature": 1.0, "min_p": 0, "min_tokens": 0},
+        {"logit_bias": {}, "bad_words": [], "allowed_token_ids": []},
+        # with logprob_token_ids, top-k is not asked for, so any top_logprobs passes
+        {"logprob_token_ids": [11262, 951], "top_logprobs": 40},
+        {"logprob_token_ids": [11262, 951], "top_logprobs": -1},
+    ],
+)
+def test_server_takes_what_vllm_takes(vllm_server, changes):
+    response = post(vllm_server, **changes)
+    assert response.status_code == 200, response.text
+    if "logprob_token_ids" in changes:
+        entry = response.json()["choices"][0]["logprobs"]["content"][0]
+        asked = {f"token_id:{i}" for i in changes["logprob_token_ids"]}
+        assert asked <= {t["token"] for t in entry["top_logprobs"]} <= asked | {entry["token"]}
+
+
 def test_server_answers_in_vllms_chat_shape(vllm_server, tokenizer):
     ids = [11262, 951]
     data = post(vllm_server, logprob_token_ids=ids).json()
@@ -110,8 +142,14 @@ def test_server_answers_in_vllms_chat_shape(vllm_server, tokenizer):
     assert len(content) == 16  # read-only: one entry per canvas position
     for entry in content:
         assert entry["token"].startswith("token_id:") and isinstance(entry["logprob"], float)
-        assert [t["token"] for t in entry["top_logprobs"]] == [f"token_id:{i}" for i in ids]
-        assert entry["bytes"] == list(entry["token"].encode())
+        sampled = int(entry["token"].removeprefix("token_id:"))
+        # vLLM's order: the sampled token first, then every asked id once
+        expected = list(dict.fromkeys([sampled, *ids]))
+        assert [t["token"] for t in entry["top_logprobs"]] == [f"token_id:{i}" for i in expected]
+        assert entry["top_logprobs"][0]["logprob"] == entry["logprob"]
+        # the entry's bytes are its text's (vLLM's decoded_token); a candidate's are its shown token's
+        assert entry["bytes"] == list(tokenizer.decode([sampled]).encode("utf-8", errors="replace"))
+        assert all(t["bytes"] == list(t["token"].encode()) for t in entry["top_logprobs"])
     top_k = post(vllm_server, return_tokens_as_token_ids=False).json()["choices"][0]["logprobs"]["content"]
     assert len(top_k[0]["top_logprobs"]) == 5
     lps = [t["logprob"] for t in top_k[0]["top_logprobs"]]
