@@ -7,17 +7,19 @@ engine, every question in one read where the engine reads canvases, in vLLM's an
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Callable, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from fastapi.security import HTTPBasic, HTTPBasicCredentials
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
@@ -28,7 +30,7 @@ from diffjev.passwords import PasswordBook
 from diffjev.read import read
 from diffjev.jev import UpstreamError, UpstreamRead, upstream_schema
 from diffjev.question_types import LETTERS, Alternative
-from diffjev.schema import Question, Schema, staging_from_dict
+from diffjev.schema import QUESTION_TYPES, Question, Schema, question_from_dict, staging_from_dict
 
 
 class JevQuestion(BaseModel):
@@ -42,8 +44,10 @@ class JevQuestion(BaseModel):
 
     def spec(self) -> dict[str, Any]:
         """vLLM's fields and any unknown ones, without diffjev's staging fields."""
-        fields = {"type": self.type, "instructions": self.instructions, "criteria": self.criteria}
-        return {**fields, **(self.model_extra or {})}
+        given = {
+            name: getattr(self, name) for name in ("type", "instructions", "criteria") if name in self.model_fields_set
+        }
+        return {**given, **(self.model_extra or {})}
 
 
 # vLLM's cache salt rule (`validate_cache_salt`): non-empty, at most 128 characters, none of these.
@@ -86,12 +90,18 @@ class StructuredDecisionRequest(BaseModel):
             check_cache_salt(data.get("cache_salt"))
         return data
 
-    def upstream_schema(self) -> Schema:
+    def upstream_schema(self, own_kinds: Mapping[str, Any] | None = None) -> Schema:
         """The questions as vLLM 0.33 reads them; UpstreamError with its message where it refuses one."""
-        return upstream_schema({qid: q.spec() for qid, q in self.questions.items()}, self.instructions)
+        return upstream_schema({qid: q.spec() for qid, q in self.questions.items()}, self.instructions, own_kinds)
 
 
 STAGING_FIELDS = {"depends_on", "ask_if", "alone"}
+# The studio's own kinds beside vLLM's: span questions, read as text from the item, in diffjev's Jev form.
+STUDIO_KINDS = {
+    name: functools.partial(question_from_dict, jev_form=True)
+    for name, kind in QUESTION_TYPES.items()
+    if kind.reads == "span"
+}
 
 
 class StagedJevQuestion(JevQuestion):
@@ -111,13 +121,13 @@ class StagedDecisionRequest(StructuredDecisionRequest):
     def schema(self) -> Schema:
         """The questions parsed by vLLM's rules (`upstream_schema`), with their staging; UpstreamError or
         SchemaError with the question and field where one is refused."""
-        parsed = self.upstream_schema()
+        parsed = self.upstream_schema(STUDIO_KINDS)
         staged = []
         for q in parsed.questions:
             asked = self.questions[q.id]
             given = {k: v for k, v in asked.model_dump(include=STAGING_FIELDS).items() if v is not None}
             staged.append(dataclasses.replace(q, **staging_from_dict(q.id, given)) if given else q)
-        return Schema(tuple(staged), instructions=parsed.instructions)
+        return dataclasses.replace(parsed, questions=tuple(staged))
 
 
 def password_matches(allowed: PasswordBook, username: str, password: str) -> bool:
@@ -206,7 +216,7 @@ class VLLMErrorRoute(APIRoute):
             except RequestValidationError as exc:
                 message, param = validation_param(exc.errors())
                 return error_response(message, 400, param)
-            except HTTPException as exc:
+            except StarletteHTTPException as exc:  # FastAPI's own (a body it cannot parse) and the route's
                 return error_response(str(exc.detail), exc.status_code, None, dict(exc.headers or {}))
 
         return answer
@@ -263,13 +273,14 @@ def jev_router(
     return router
 
 
-def studio_joint(decision: Any) -> dict[str, Any]:
+def studio_joint(decision: Any) -> dict[str, Any] | None:
     """vLLM 0.33's `joint` key for the studio's read: every slot question on the template's one canvas
-    (per draw), where the engine reads canvases; no canvases where it does not say."""
+    (per draw), where the engine reads canvases; null where no canvas held slots (span questions alone, or
+    an engine that does not say), as vLLM's key is null for a read that was not joint."""
     d = decision.diagnostics
     slots = d.get("slots")
     if not slots or not d.get("width"):
-        return {"canvases": []}
+        return None
     return {"canvases": [{"questions": list(slots), "width": d["width"], "slots": list(slots.values())}]}
 
 

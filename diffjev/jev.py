@@ -25,14 +25,14 @@ import json
 import logging
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from diffjev.canvas import Canvas, CanvasBuilder, WIDTH_STEP
 from diffjev.decide import Decision, SlotRead, decide
 from diffjev.question_types import DIGITS, LETTERS, Alternative
-from diffjev.schema import Question, Schema, SchemaError
+from diffjev.schema import Question, SamplingPolicy, Schema, SchemaError
 
 logger = logging.getLogger(__name__)
 
@@ -58,23 +58,31 @@ def check_upstream_limits(schema: Schema) -> None:
 # --- questions, as vLLM's question_types.build_question parses them --------------------------------------
 
 
-def upstream_schema(questions: Mapping[str, Mapping[str, Any]], instructions: str | None = None) -> Schema:
+def upstream_schema(
+    questions: Mapping[str, Mapping[str, Any]],
+    instructions: str | None = None,
+    own_kinds: Mapping[str, Callable[[str, Mapping[str, Any]], Question]] | None = None,
+) -> Schema:
     """The request's `{id: {type, instructions, criteria}}` as vLLM reads them, in order; UpstreamError
-    with vLLM's message where it refuses one."""
+    with vLLM's message where it refuses one. `own_kinds` parses types vLLM does not have (the studio's
+    span questions), by type name, with their own fields."""
     if not questions:
         raise UpstreamError("questions: needs at least one question")
     if len(questions) > UPSTREAM_MAX_QUESTIONS:
         raise UpstreamError(f"questions: at most {UPSTREAM_MAX_QUESTIONS} for this model")
+    own_kinds = own_kinds or {}
+    parsed = []
     for qid, q in questions.items():
+        own = own_kinds.get(q.get("type")) if isinstance(q.get("type"), str) else None
+        if own is not None:
+            parsed.append(own(qid, q))
+            continue
         unknown = sorted(set(q) - UPSTREAM_QUESTION_FIELDS)
         if unknown:
             raise UpstreamError(f"question {qid!r}: unknown field(s) {unknown}")
-    parsed = tuple(
-        upstream_question(qid, q.get("type"), q.get("instructions", ""), q.get("criteria"))
-        for qid, q in questions.items()
-    )
+        parsed.append(upstream_question(qid, q.get("type"), q.get("instructions", ""), q.get("criteria")))
     # Built directly: diffjev's own parser is stricter (it trims names, wants two options) than vLLM's.
-    return Schema(parsed, instructions=instructions or "")
+    return Schema(tuple(parsed), instructions=instructions or "", sampling=SamplingPolicy(samples=1))
 
 
 def upstream_question(qid: str, type_name: Any, instructions: Any, criteria: Any) -> Question:

@@ -69,7 +69,7 @@ def test_a_model_that_fails_to_load_is_named_in_one_line_and_the_rest_works(tmp_
             server.url + "/v1/systemone",
             json={
                 "state": "The export is broken.",
-                "questions": {"urgent": {"type": "yes_no", "instructions": "Urgent?"}},
+                "questions": {"urgent": {"type": "noul", "instructions": "Urgent?"}},
             },
             timeout=30,
         )
