@@ -77,11 +77,13 @@ def _engine_choice(args: argparse.Namespace) -> EngineChoice:
 
 
 def _engine(args: argparse.Namespace):
-    chosen = choose_engine(_engine_choice(args))
-    print(f"# engine: {chosen.description}", file=sys.stderr)
     workers = getattr(args, "workers", 0) or 0
     if workers < 0:
         raise UserError("--workers must be 0 (reads in this process) or more")
+    if getattr(args, "ray", None):
+        return _ray_engine(args, workers)
+    chosen = choose_engine(_engine_choice(args))
+    print(f"# engine: {chosen.description}", file=sys.stderr)
     if workers:
         if chosen.engine.name not in ("vllm", "jev-api"):
             chosen.engine.close()
@@ -94,6 +96,34 @@ def _engine(args: argparse.Namespace):
         print(f"# reads in {workers} worker processes", file=sys.stderr)
         return ProcessEngine(functools.partial(engine_from_choice, _engine_choice(args)), processes=workers)
     return chosen.engine
+
+
+def _ray_engine(args: argparse.Namespace, workers: int):
+    """The chosen engine's reads distributed over a Ray cluster (`--ray`: local, or an address). The engine
+    is built on the cluster's workers only: a model is never loaded on this machine for them."""
+    import functools
+
+    from diffjev.engines.auto import check_choice
+
+    try:
+        import ray
+    except ImportError:
+        raise UserError('--ray needs the ray extra: pip install -e ".[ray]"') from None
+    from diffjev.engines.processes import engine_from_choice
+    from diffjev.engines.ray_data import RayEngine, start_ray
+
+    choice = _engine_choice(args)
+    in_process = check_choice(choice) is None  # no server URL: a model read in each worker
+    address = None if args.ray == "local" else args.ray
+    owns = start_ray(address)
+    gpus = 1 if in_process and ray.cluster_resources().get("GPU", 0) >= 1 else 0
+    engine = RayEngine(
+        functools.partial(engine_from_choice, choice), workers=workers or None, gpus_per_worker=gpus, owns_ray=owns
+    )
+    where = "a local Ray instance" if address is None else f"the Ray cluster at {address}"
+    print(f"# engine: {engine.name}, model {engine.model_name}", file=sys.stderr)
+    print(f"# reads on {where}: {engine.workers} workers" + (", one GPU each" if gpus else ""), file=sys.stderr)
+    return engine
 
 
 def _db(args: argparse.Namespace):
@@ -538,7 +568,16 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="server engines: build, send and decode reads in N worker processes, past one interpreter's "
-        "limit (default 0: in this process)",
+        "limit (default 0: in this process); with --ray, the Ray tasks reading at once",
+    )
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="read on a Ray cluster through Ray Data: its address (host:port, ray://host:10001, or auto), or "
+        "none for a local Ray instance; one engine per Ray worker, one GPU each for an in-process model on "
+        "a cluster with GPUs (needs the ray extra)",
     )
 
     p = command("export", cmd_export, "export the labeled set")

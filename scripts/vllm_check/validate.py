@@ -65,9 +65,7 @@ def check_chat_read(request: ChatCompletionRequest, sample: dict[str, Any]) -> N
     from vllm.utils.diffusion import validate_diffusion_sampling_params
 
     params = request.to_sampling_params(request.max_tokens or sample["canvas_length"], {})
-    validate_diffusion_sampling_params(
-        params, canvas_length=sample["canvas_length"], vocab_size=sample["vocab_size"]
-    )
+    validate_diffusion_sampling_params(params, canvas_length=sample["canvas_length"], vocab_size=sample["vocab_size"])
     if params.logprob_token_ids is not None and len(params.logprob_token_ids) > 128:
         raise ValueError("logprob_token_ids: more than the 128 ids vLLM takes")
 
