@@ -3,8 +3,6 @@ stored suggestions equal a local run's, for an in-process model and a server eng
 the run item by item as it does locally; a cancelled Ray run resumes and reads every item once."""
 
 import functools
-import subprocess
-import sys
 import threading
 
 import pytest
