@@ -111,6 +111,7 @@ def test_what_diffjev_sends_and_serves_passes_vllms_own_models(recorded, tmp_pat
     result = run_check(recorded.samples, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"vllm 0.33.0: {len(recorded.samples)} of {len(recorded.samples)} samples pass" in result.stdout
+    print(result.stdout.strip().splitlines()[-1])  # the README quotes this line
 
 
 def test_the_studios_jev_api_answers_and_refuses_in_vllms_shapes(tmp_path, dgemma_engine):
