@@ -4,6 +4,14 @@ The prompt is the model's own chat template over a system text (the questions an
 the item's state. The canvas is the model family's canvas head, the response template with every slot
 holding noise, the turn-close token and padding up to the width. A slot is a position where swapping
 the question's labels changes exactly one token; everything else on the canvas is fixed text.
+
+DiffusionGemma's reply opens with an empty thought block, `<|channel>thought\n<channel|>`. vLLM's own
+strategy puts it at the end of the prompt, outside the canvas ("far worse results otherwise"), and so
+does a builder by default (`thought="prompt"`): where the chat template's generation prompt already closes
+it (Gemma 4's does, with thinking off) nothing is added; else the prompt ends with a final assistant
+message holding the block, continued (`continue_final_message`, as vLLM's chat API takes it). Only with
+`thought="canvas"` (djev's layout), or a template that cannot continue a message, does the canvas start
+with it. A vocabulary without the block's tags (Gemma 3, ModernBERT) has none to place.
 """
 
 from __future__ import annotations
@@ -27,6 +35,9 @@ CUT_MARGIN_TOKENS = 8
 # No token spans more characters than this: a state is cut to budget × this before it is tokenised, so a
 # 10 MB item costs no more to cut than a short one.
 MAX_CHARS_PER_TOKEN = 64
+
+THOUGHT_BLOCK = "<|channel>thought\n<channel|>"
+THOUGHT_LAYOUTS = ("prompt", "canvas")
 
 PREAMBLE = (
     "You answer a fixed set of questions about the user's message. "
@@ -60,7 +71,7 @@ class ModelFormat:
         open_tag, close_tag = token("<|channel>"), token("<channel|>")
         head: tuple[int, ...] = ()
         if open_tag is not None and close_tag is not None:
-            head = tuple(tokenizer("<|channel>thought\n<channel|>", add_special_tokens=False)["input_ids"])
+            head = tuple(tokenizer(THOUGHT_BLOCK, add_special_tokens=False)["input_ids"])
             if head[0] != open_tag or head[-1] != close_tag:
                 raise ValueError("the thought block's open and close tags do not tokenize apart")
         turn_close = token("<turn|>") or token("<end_of_turn>") or tokenizer.eos_token_id
@@ -219,6 +230,13 @@ def fill_noise(layout: Layout, fmt: ModelFormat, seed: int) -> tuple[int, ...]:
     return tuple(ids)
 
 
+def chat_flags(messages: Sequence[dict[str, Any]]) -> dict[str, bool]:
+    """How a chat template renders `messages` for a read: a final assistant message is continued (vLLM's
+    `continue_final_message`), else the generation prompt is added."""
+    continued = bool(messages) and messages[-1].get("role") == "assistant"
+    return {"continue_final_message": continued, "add_generation_prompt": not continued}
+
+
 class CanvasBuilder:
     """Turns (schema, state) into canvases for one tokenizer and model family."""
 
@@ -229,9 +247,12 @@ class CanvasBuilder:
         max_width: int = DEFAULT_MAX_WIDTH,
         chat_template_kwargs: dict[str, Any] | None = None,
         max_prompt_tokens: int | None = None,
+        thought: str = "prompt",
     ):
         if max_width < WIDTH_STEP or max_width % WIDTH_STEP:
             raise ValueError(f"the served canvas must be a multiple of {WIDTH_STEP} tokens, not {max_width}")
+        if thought not in THOUGHT_LAYOUTS:
+            raise ValueError(f"thought must be one of {', '.join(THOUGHT_LAYOUTS)}, not {thought!r}")
         self.tokenizer = tokenizer
         self.format = fmt
         self.max_width = max_width
@@ -242,12 +263,40 @@ class CanvasBuilder:
         self._systems: dict[Schema, str] = {}
         self._overheads: dict[Schema, int] = {}
         self._lock = threading.Lock()
+        self.thought = thought
+        self.thought_placement = self._place_thought(thought)
+
+    def _place_thought(self, wanted: str) -> str:
+        """Where the empty thought block goes: "none" (the vocabulary has none), "template" (the chat
+        template's generation prompt closes it), "message" (a final assistant message, continued) or
+        "canvas" (the canvas's head)."""
+        head = tuple(self.format.head_ids)
+        if not head:
+            return "none"
+        probe = ({"role": "system", "content": "x"}, {"role": "user", "content": "x"})
+        try:
+            if self._render(probe)[-len(head) :] == head:
+                return "template"
+            if wanted == "prompt":
+                continued = self._render((*probe, {"role": "assistant", "content": THOUGHT_BLOCK}))
+                if continued[-len(head) :] == head:
+                    return "message"
+        except Exception:  # noqa: BLE001 - a template that cannot render the probe reads as djev lays it out
+            pass
+        return "canvas"
+
+    @property
+    def canvas_head(self) -> tuple[int, ...]:
+        """The ids the canvas starts with: the thought block where it is not in the prompt."""
+        return tuple(self.format.head_ids) if self.thought_placement == "canvas" else ()
 
     def layout(self, schema: Schema) -> Layout:
         key = (schema.template, schema.questions)
         layout = self._layouts.get(key)
         if layout is None:
-            layout = resolve_layout(self.tokenizer, self.format, schema.template, schema.questions, self.max_width)
+            layout = resolve_layout(
+                self.tokenizer, self.format, schema.template, schema.questions, self.max_width, self.canvas_head
+            )
             with self._lock:
                 self._layouts[key] = layout
         return layout
@@ -265,13 +314,25 @@ class CanvasBuilder:
             system = system_text(schema)
             with self._lock:
                 self._systems[schema] = system
-        return ({"role": "system", "content": system}, {"role": "user", "content": render_state(state)})
+        return self.with_thought(
+            ({"role": "system", "content": system}, {"role": "user", "content": render_state(state)})
+        )
+
+    def with_thought(self, turns: tuple[dict[str, str], ...]) -> tuple[dict[str, str], ...]:
+        """The read's turns, with the thought block as a final assistant message where it goes there."""
+        if self.thought_placement == "message":
+            return (*turns, {"role": "assistant", "content": THOUGHT_BLOCK})
+        return turns
 
     def prompt_ids(self, messages: Sequence[dict[str, str]]) -> tuple[int, ...]:
+        return self._render(messages)
+
+    def _render(self, messages: Sequence[dict[str, str]]) -> tuple[int, ...]:
         # Render then tokenize without special tokens: the rendered text already holds <bos>, and this
-        # is how an OpenAI-compatible server turns chat messages into prompt ids.
+        # is how an OpenAI-compatible server turns chat messages into prompt ids. A final assistant
+        # message is continued, as the client asks the server to (`continue_final_message`).
         text = self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=True, **self.chat_template_kwargs
+            list(messages), tokenize=False, **chat_flags(messages), **self.chat_template_kwargs
         )
         return tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 

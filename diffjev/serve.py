@@ -204,6 +204,21 @@ def logprob_args(body: dict[str, Any], max_logprobs: int, vocab: int) -> dict[st
     return {"logprobs": logprobs, "top": top or 0, "ids": None}
 
 
+def rendering_flags(body: dict[str, Any]) -> dict[str, bool]:
+    """`add_generation_prompt` (default true) and `continue_final_message` (default false), as vLLM's chat
+    request takes them: bools, never both true."""
+    flags = {"add_generation_prompt": body.get("add_generation_prompt", True)}
+    flags["continue_final_message"] = body.get("continue_final_message", False)
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise RequestError(f"{name} must be a bool", name)
+    if body.get("add_generation_prompt") and body.get("continue_final_message"):  # vLLM's check: both given
+        raise RequestError(
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.", "continue_final_message"
+        )
+    return flags
+
+
 def text_messages(messages: Any) -> list[dict[str, Any]]:
     """The chat messages with each content as one string. Content given as parts is read as vLLM reads it
     (text parts joined by newlines); any other part is refused by its place, since this server's model reads
@@ -328,6 +343,7 @@ def create_app(
         kwargs = body.get("chat_template_kwargs") or {}
         if not isinstance(kwargs, dict):
             raise RequestError("chat_template_kwargs must be an object", "chat_template_kwargs")
+        kwargs = {**kwargs, **rendering_flags(body)}
         max_tokens = body.get("max_tokens")
         if max_tokens is not None and (not _is_int(max_tokens) or max_tokens <= 0):
             raise RequestError("max_tokens must be a positive int", "max_tokens")
@@ -341,7 +357,10 @@ def create_app(
         choice_and_usage = answered.get(key) if key is not None else None
         if choice_and_usage is None:
             check_context(sum(len(m["content"]) for m in messages) // MAX_CHARS_PER_TOKEN)  # sure to be over
-            text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+            try:
+                text = tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+            except ValueError as exc:  # e.g. a final message the template does not end with, to continue
+                raise RequestError(str(exc), "messages") from None
             prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
             check_context(len(prompt))
             canvas = diff["seed"] or [random.randrange(vocab) for _ in range(diff["width"])]  # unseeded: vLLM draws

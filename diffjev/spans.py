@@ -372,7 +372,7 @@ class SpanCanvasBuilder:
         self.tokenizer = builder.tokenizer
         self.format = builder.format
         self.steps = steps
-        self.head_ids = tuple(self.format.head_ids) + tuple(self._ids(ANSWER_HEAD))
+        self.head_ids = tuple(builder.canvas_head) + tuple(self._ids(ANSWER_HEAD))
         self.none_ids = tuple(self._ids(NONE_WORD))
         sep = self._ids(SEPARATOR)
         self.separator_id = sep[0] if len(sep) == 1 else None
@@ -410,9 +410,8 @@ class SpanCanvasBuilder:
             noise = [rng.randrange(self.format.vocab_size) for _ in range(blank_len)]
         ids = list(self.head_ids) + noise + [self.format.turn_close_id]
         ids += [self.format.pad_id] * (width - len(ids))
-        messages = (
-            {"role": "system", "content": span_system_text(question)},
-            {"role": "user", "content": window.text},
+        messages = self.builder.with_thought(
+            ({"role": "system", "content": span_system_text(question)}, {"role": "user", "content": window.text})
         )
         requested = sorted(set(window.ids) | self.extra_ids(question))[:MAX_ITEM_IDS]
         return SpanCanvas(

@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from diffjev.canvas import THOUGHT_BLOCK
 from diffjev.engines.jev_api import JevAPIEngine
 from diffjev.engines.vllm import VLLMServerEngine
 from diffjev.read import read_many
@@ -79,8 +80,16 @@ def recorded(vllm_server, dgemma_engine, schema, tokenizer):
                 engine = JevAPIEngine(proxy.url, model=SERVED_NAME, api=api, joint=joint)
                 list(read_many(schema, STATES[:2], engine))
                 engine.close()
+        first_chat = next(s["body"] for s in recorder.samples if s["kind"] == "chat_request")
+        # The thought block as the client ends a prompt with it (diffjev.canvas): a continued assistant message.
+        continued = {
+            **first_chat,
+            "messages": [*first_chat["messages"], {"role": "assistant", "content": THOUGHT_BLOCK}],
+            "continue_final_message": True,
+            "add_generation_prompt": False,
+        }
+        assert httpx.post(f"{proxy.url}/v1/chat/completions", json=continued, timeout=60).status_code == 200
     # Refusals, straight from serve-model: each must be vLLM's ErrorResponse.
-    first_chat = next(s["body"] for s in recorder.samples if s["kind"] == "chat_request")
     first_jev = next(s["body"] for s in recorder.samples if s["kind"] == "systemone_request")
     refused = [
         ("/v1/chat/completions", {**first_chat, "temperature": 0.5}),
@@ -108,6 +117,7 @@ def test_what_diffjev_sends_and_serves_passes_vllms_own_models(recorded, tmp_pat
         "error_response",
     }
     assert any(s["body"].get("joint") is True for s in recorded.samples if s["kind"] == "systemone_request")
+    assert any(s["body"].get("continue_final_message") for s in recorded.samples if s["kind"] == "chat_request")
     result = run_check(recorded.samples, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"vllm 0.33.0: {len(recorded.samples)} of {len(recorded.samples)} samples pass" in result.stdout

@@ -53,6 +53,7 @@ class TransformersEngine(CanvasEngine):
         dtype: torch.dtype | None = None,
         batch_size: int = 8,
         canvas_length: int = DEFAULT_MAX_WIDTH,
+        thought: str = "prompt",
     ):
         if isinstance(model, str):
             self.model_name = model
@@ -70,8 +71,13 @@ class TransformersEngine(CanvasEngine):
             self.tokenizer, "uniform" if self.family == "diffusion_gemma" else "mask", vocab_size=vocab
         )
         self.builder = CanvasBuilder(
-            self.tokenizer, fmt, canvas_length, max_prompt_tokens=prompt_token_limit(self.model, canvas_length)
+            self.tokenizer,
+            fmt,
+            canvas_length,
+            max_prompt_tokens=prompt_token_limit(self.model, canvas_length),
+            thought=thought,
         )
+        self.thought_layout = self.builder.thought_placement  # where the thought block went, kept with a run
         self.batch_size = batch_size
 
     def read(self, canvases: Sequence[Canvas]) -> list[dict[str, SlotRead]]:

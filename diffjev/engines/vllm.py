@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from diffjev.canvas import Canvas, CanvasBuilder, DEFAULT_MAX_WIDTH, ModelFormat
+from diffjev.canvas import Canvas, CanvasBuilder, DEFAULT_MAX_WIDTH, ModelFormat, chat_flags
 from diffjev.decide import SlotRead
 from diffjev.engines._http import HTTPClients, post_json, server_failed
 from diffjev.engines.base import CanvasEngine, EngineError, shown_url
@@ -47,7 +47,7 @@ def multimodal_messages(canvas: Canvas) -> list[dict[str, Any]]:
     (and vLLM's) takes them: an `image_url` part per image, a data URL, then the text."""
     messages = [dict(m) for m in canvas.messages]
     if canvas.images:
-        user = messages[-1]
+        user = next(m for m in reversed(messages) if m["role"] == "user")
         parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": i.data_url()}} for i in canvas.images]
         user["content"] = [*parts, {"type": "text", "text": user["content"]}]
     return messages
@@ -71,6 +71,7 @@ class VLLMServerEngine(CanvasEngine):
         api_key: str | None = None,
         vocab_size: int | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        thought: str = "prompt",
     ):
         # One server or several (a list, commas, or a file of them); each a base URL with no query or
         # fragment, which would change the path the read goes to.
@@ -86,7 +87,8 @@ class VLLMServerEngine(CanvasEngine):
         # Noise is drawn from the tokenizer's ids unless the served vocabulary is named.
         fmt = ModelFormat.from_tokenizer(self.tokenizer, "uniform", vocab_size=vocab_size)
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self.builder = CanvasBuilder(self.tokenizer, fmt, canvas_length, self.chat_template_kwargs)
+        self.builder = CanvasBuilder(self.tokenizer, fmt, canvas_length, self.chat_template_kwargs, thought=thought)
+        self.thought_layout = self.builder.thought_placement  # where the thought block went, kept with a run
         self.max_in_flight = max_in_flight
         self.batch_size = 2 * max_in_flight
         self._clients = HTTPClients(timeout, connect_timeout, api_key, servers=len(urls))
@@ -135,8 +137,16 @@ class VLLMServerEngine(CanvasEngine):
                 "diffusion_read_only": True,
             },
         }
+        return self._chat_fields(body)
+
+    def _chat_fields(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The chat rendering a read asks for: the template's kwargs, and a final assistant message (the
+        thought block) continued rather than a generation prompt added, as the builder rendered it."""
         if self.chat_template_kwargs:
             body["chat_template_kwargs"] = self.chat_template_kwargs
+        if chat_flags(body["messages"])["continue_final_message"]:
+            body["continue_final_message"] = True
+            body["add_generation_prompt"] = False
         return body
 
     def read(self, canvases: Sequence[Canvas]) -> list[dict[str, SlotRead]]:
@@ -165,9 +175,7 @@ class VLLMServerEngine(CanvasEngine):
                 "diffusion_pinned": canvas.pinned,
             },
         }
-        if self.chat_template_kwargs:
-            body["chat_template_kwargs"] = self.chat_template_kwargs
-        return body
+        return self._chat_fields(body)
 
     def read_blanks(self, canvases: Sequence[Any]) -> list[list[dict[int, float]]]:
         self._learn_context()
