@@ -202,6 +202,14 @@ def validation_param(errors: Sequence[Any]) -> tuple[str, str | None]:
     return (f"{where}: {message}" if where else message), where or None
 
 
+class Refused(StarletteHTTPException):
+    """A refusal naming the request field at fault (vLLM's ErrorResponse `param`)."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(status, message, headers)
+        self.param = param
+
+
 class VLLMErrorRoute(APIRoute):
     """A route that answers as vLLM does when it refuses: a bad body is a 400 ErrorResponse naming the
     field (not FastAPI's 422 `{"detail"}`), and the login, membership and engine refusals keep their status
@@ -217,7 +225,8 @@ class VLLMErrorRoute(APIRoute):
                 message, param = validation_param(exc.errors())
                 return error_response(message, 400, param)
             except StarletteHTTPException as exc:  # FastAPI's own (a body it cannot parse) and the route's
-                return error_response(str(exc.detail), exc.status_code, None, dict(exc.headers or {}))
+                param = getattr(exc, "param", None)
+                return error_response(str(exc.detail), exc.status_code, param, dict(exc.headers or {}))
 
         return answer
 
@@ -235,19 +244,26 @@ def jev_router(
     @router.post("/v1/systemone")
     def systemone(request: StagedDecisionRequest, http: Request) -> dict[str, Any]:
         if request.images or request.audio or request.videos:
-            raise HTTPException(400, "this studio reads text states only; send no images, audio or videos")
+            raise Refused(400, "this studio reads text states only; send no images, audio or videos", "images")
         try:
             schema = request.schema()
         except UpstreamError as exc:
-            raise HTTPException(400, str(exc)) from None
+            raise Refused(400, str(exc), "questions") from None
         except SchemaError as exc:
-            raise HTTPException(
-                400, f"questions.{exc.question or ''}{'.' + exc.field if exc.field else ''}: {exc}"
+            raise Refused(
+                400, f"questions.{exc.question or ''}{'.' + exc.field if exc.field else ''}: {exc}", "questions"
             ) from None
         try:  # the studio's engine may still be loading, or have failed to: 503, with the reason
             engine = engine_now()
         except EngineError as exc:
             raise HTTPException(503, str(exc), headers={"Retry-After": "10"}) from None
+        if request.joint and not getattr(engine, "reads_jointly", False):  # vLLM 0.33 refuses it the same way
+            raise Refused(
+                400,
+                f"joint: this studio's engine ({engine.name}, {engine.model_name}) reads each question on its "
+                "own; joint reads need a diffusion model. Send joint false, or point the studio at one",
+                "joint",
+            )
         try:
             decision = read(schema, request.state, engine)
         except SchemaError as exc:

@@ -115,11 +115,9 @@ def _ray_engine(args: argparse.Namespace, workers: int):
     choice = _engine_choice(args)
     in_process = check_choice(choice) is None  # no server URL: a model read in each worker
     address = None if args.ray == "local" else args.ray
-    owns = start_ray(address)
+    start_ray(address)
     gpus = 1 if in_process and ray.cluster_resources().get("GPU", 0) >= 1 else 0
-    engine = RayEngine(
-        functools.partial(engine_from_choice, choice), workers=workers or None, gpus_per_worker=gpus, owns_ray=owns
-    )
+    engine = RayEngine(functools.partial(engine_from_choice, choice), workers=workers or None, gpus_per_worker=gpus)
     where = "a local Ray instance" if address is None else f"the Ray cluster at {address}"
     print(f"# engine: {engine.name}, model {engine.model_name}", file=sys.stderr)
     print(f"# reads on {where}: {engine.workers} workers" + (", one GPU each" if gpus else ""), file=sys.stderr)
@@ -272,9 +270,30 @@ def cmd_prelabel(args: argparse.Namespace) -> None:
     if report.error:
         print(f"  {report.error}")
     if report.status in ("cancelled", "failed"):
-        print(f"  resume with: diffjev prelabel --project {shlex.quote(args.project)} --resume {report.run_id}")
+        print(f"  resume with: {resume_command(args, report.run_id)}")
     if report.status == "failed":
         raise SystemExit(1)
+
+
+def resume_command(args: argparse.Namespace, run_id: int) -> str:
+    """The command that resumes the run: the same database and engine flags (a run resumes only with the
+    engine and model it was made with), a server URL shown without its password."""
+    from diffjev.engines.base import shown_url
+
+    words = ["diffjev", "prelabel", "--project", args.project, "--resume", str(run_id)]
+    flags = [
+        ("--db", args.db),
+        ("--engine", args.engine if args.engine != "auto" else None),
+        ("--url", ",".join(shown_url(url) for url in args.url.split(",")) if args.url else None),
+        ("--model", args.model),
+        ("--tokenizer", args.tokenizer),
+        ("--canvas", str(args.canvas) if args.canvas != DEFAULT_CANVAS else None),
+        ("--workers", str(args.workers) if args.workers else None),
+    ]
+    words += [part for flag, value in flags if value is not None for part in (flag, value)]
+    if args.ray:
+        words += ["--ray"] + ([] if args.ray == "local" else [args.ray])
+    return " ".join(shlex.quote(word) for word in words)
 
 
 def cmd_import_project(args: argparse.Namespace) -> None:

@@ -90,7 +90,9 @@ def upstream_question(qid: str, type_name: Any, instructions: Any, criteria: Any
         raise UpstreamError("question ids must be non-empty")
     kind = UPSTREAM_TYPES.get(type_name) if isinstance(type_name, str) else None
     if kind is None:
-        raise UpstreamError(f"unknown question type {type_name!r}; supported: {sorted(UPSTREAM_TYPES)}")
+        raise UpstreamError(
+            f"question {qid!r}: unknown question type {type_name!r}; supported: {sorted(UPSTREAM_TYPES)}"
+        )
     options = _upstream_options(qid, kind, criteria)
     if not options:
         raise UpstreamError(f"question {qid!r}: needs at least one option")

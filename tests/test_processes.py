@@ -82,3 +82,40 @@ def test_the_cli_reads_in_worker_processes(tmp_path, vllm_server, tiny_model_fol
     refused = subprocess.run([*command[:-1], "-1"], capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "--workers must be 0" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_closing_ends_the_workers_still_holding_reads(tiny_model_folder, dgemma_engine, schema):
+    """A stopped run drops its reads in flight; the workers holding them end with close(), not after their
+    chunks (which kept Ctrl-C from stopping at once)."""
+    import threading
+
+    from diffjev.serve import create_app
+    from conftest import LocalServer
+
+    with LocalServer(create_app(dgemma_engine, SERVED_NAME, canvas_length=64, service_latency_s=60)) as slow:
+        engine = ProcessEngine(
+            functools.partial(VLLMServerEngine, slow.url, SERVED_NAME, str(tiny_model_folder)), processes=2
+        )
+        reading = threading.Thread(target=lambda: list(engine.decide_many(schema, ["a"] * 8)), daemon=True)
+        reading.start()
+        while len(engine._pool._processes or {}) < 2:  # the workers start and take their chunks
+            reading.join(0.1)
+        workers = list(engine._pool._processes.values())
+        engine.close()
+        assert not any(worker.is_alive() for worker in workers)
+
+
+def test_the_printed_resume_command_resumes_with_the_same_engine(tmp_path):
+    from diffjev.cli import parser, resume_command
+
+    given = ["prelabel", "--project", "p q", "--db", str(tmp_path / "x.db"), "--engine", "vllm"]
+    given += ["--url", "http://user:pw@gpu-1:8000,http://gpu-2:8000", "--model", "m", "--workers", "2"]
+    args = parser().parse_args(given)
+    command = resume_command(args, 7)
+    assert "pw" not in command  # a password in a server URL never reaches the terminal
+    import shlex
+
+    again = parser().parse_args(shlex.split(command)[1:])
+    assert again.resume == "7" and again.project == "p q" and again.db == args.db
+    assert (again.engine, again.model, again.workers) == ("vllm", "m", 2)
+    assert again.url == "http://gpu-1:8000,http://gpu-2:8000"

@@ -90,24 +90,33 @@ def test_jev_api_answers_with_the_studios_engine(studio):
 
 
 @pytest.mark.parametrize(
-    "change, says",
+    "change, says, param",
     [
         (
             {"questions": {"q": {"type": "choice", "instructions": "?", "criteria": {"a": None, "b": None}, "x": 1}}},
             "question 'q': unknown field(s) ['x']",
+            "questions",
         ),
-        ({"questions": {"q": {"type": "rating", "instructions": "?"}}}, "unknown question type 'rating'"),
-        ({"questions": {"q": {"type": "bool", "instructions": "?"}}}, "unknown question type 'bool'"),
-        ({"questions": {"q": {"type": "score", "criteria": [str(i) for i in range(11)]}}}, "at most 10"),
-        ({"questions": 5}, "questions: "),
-        ({"joint": 1}, "joint: "),
-        ({"surprise": True}, "surprise: Extra inputs"),
-        ({"priority": 2**63}, "priority: "),
-        ({"cache_salt": "a/b"}, "must not contain"),
-        ({"questions": {"u": {"type": "noul", "depends_on": ["nobody"]}}}, "nobody"),
+        (
+            {"questions": {"q": {"type": "rating", "instructions": "?"}}},
+            "question 'q': unknown question type",
+            "questions",
+        ),
+        (
+            {"questions": {"q": {"type": "bool", "instructions": "?"}}},
+            "question 'q': unknown question type 'bool'",
+            "questions",
+        ),
+        ({"questions": {"q": {"type": "score", "criteria": [str(i) for i in range(11)]}}}, "at most 10", "questions"),
+        ({"questions": 5}, "questions: ", "questions"),
+        ({"joint": 1}, "joint: ", "joint"),
+        ({"surprise": True}, "surprise: Extra inputs", "surprise"),
+        ({"priority": 2**63}, "priority: ", "priority"),
+        ({"cache_salt": "a/b"}, "must not contain", "cache_salt"),
+        ({"questions": {"u": {"type": "noul", "depends_on": ["nobody"]}}}, "nobody", "questions"),
     ],
 )
-def test_jev_api_refuses_as_vllm_033_does_with_a_400_naming_the_field(studio, change, says):
+def test_jev_api_refuses_as_vllm_033_does_with_a_400_naming_the_field(studio, change, says, param):
     server, _ = studio
     body = {"state": "x", "questions": {"u": {"type": "noul", "instructions": "?"}}, **change}
     response = httpx.post(f"{server.url}/v1/systemone", json=body, timeout=30, auth=USERS[0])
@@ -115,6 +124,29 @@ def test_jev_api_refuses_as_vllm_033_does_with_a_400_naming_the_field(studio, ch
     error = response.json()["error"]
     assert set(error) == {"message", "type", "param", "code"} and error["code"] == 400
     assert says in error["message"], error
+    assert error["param"] == param, error
+
+
+def test_jev_api_refuses_joint_reads_where_its_engine_reads_each_question_alone(tmp_path):
+    """As vLLM 0.33 answers joint: true on a model without joint reads: a 400 naming `joint`, not a
+    joint key left null without a word."""
+    from diffjev.engines.autoregressive import AutoregressiveEngine
+    from diffjev.tiny import tiny_causal_lm
+    from diffjev.models import offline_gemma_tokenizer
+
+    alone = AutoregressiveEngine(tiny_causal_lm(), offline_gemma_tokenizer(), mode="options")
+    db = studio_db(tmp_path / "alone.db", ["one"])
+    server, _ = serve_studio(db, alone)
+    body = {
+        "state": "Everything is down.",
+        "questions": {"urgent": {"type": "noul", "instructions": "Urgent?"}, "tone": {"type": "noul"}},
+    }
+    with server:
+        joint = httpx.post(f"{server.url}/v1/systemone", json={**body, "joint": True}, timeout=60)
+        alone_read = httpx.post(f"{server.url}/v1/systemone", json=body, timeout=60)
+    assert joint.status_code == 400 and joint.json()["error"]["param"] == "joint"
+    assert "reads each question on its own" in joint.json()["error"]["message"]
+    assert alone_read.status_code == 200 and alone_read.json()["joint"] is None
 
 
 def test_jev_api_takes_what_vllm_033_takes(studio):

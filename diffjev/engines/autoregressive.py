@@ -80,6 +80,7 @@ class AutoregressiveEngine(CanvasEngine):
             max_prompt_tokens=prompt_token_limit(self.model, canvas_length),
         )
         self.mode = mode
+        self.reads_jointly = mode != "options"  # "options" asks each question with its own prompt
         self.name = f"autoregressive-{mode}"
         self.batch_size = batch_size
         # Only an instruction-tuned model knows the chat turn; a base model reads plain text better.

@@ -97,6 +97,9 @@ class Engine(ABC):
     def decide_many(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
         """One Decision per state, in order."""
 
+    # Whether several questions are read on one canvas (vLLM 0.33's joint reads): a canvas engine's are.
+    reads_jointly: bool = False
+
     def check_schema(self, schema: Schema) -> None:
         """Raise SchemaError if this engine cannot read the schema at all, before anything is read or
         stored (a run it would refuse is never started)."""
@@ -123,6 +126,7 @@ class CanvasEngine(Engine):
     pipeline_depth: int = 1  # chunks read at once; >1 keeps a remote server busy across chunk edges
     span_items_at_once: int = 1  # items of a chunk whose span questions are read at once (a server takes many)
     reads_images: bool = False  # whether read() shows a canvas's images to the model
+    reads_jointly = True
 
     @abstractmethod
     def read(self, canvases: Sequence[Canvas]) -> list[dict[str, SlotRead]]:

@@ -118,5 +118,12 @@ class ProcessEngine(Engine):
                 future.cancel()
 
     def close(self) -> None:
+        # A stopped run drops the reads still in flight (they are never stored), so the workers holding
+        # them are ended now: waiting for their chunks kept Ctrl-C from stopping at once.
+        workers = list((self._pool._processes or {}).values())
         self._pool.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            worker.join(timeout=10)
         self.local.close()

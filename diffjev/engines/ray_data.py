@@ -164,7 +164,6 @@ class RayEngine(Engine):
         gpus_per_worker: float = 0,
         chunk_items: int | None = None,
         window_items: int = DEFAULT_WINDOW,
-        owns_ray: bool = False,
     ):
         import ray
         import ray.data
@@ -173,7 +172,6 @@ class RayEngine(Engine):
             raise EngineError("Ray is not started: call start_ray (or ray.init) first")
         self.recipe = recipe
         self._key = hashlib.sha256(pickle.dumps(recipe)).hexdigest()
-        self._owns_ray = owns_ray
         self.gpus_per_worker = gpus_per_worker
         self._remote = ray.remote(num_gpus=gpus_per_worker, max_retries=3)(_describe)
         try:
@@ -247,7 +245,6 @@ class RayEngine(Engine):
             yield pickle.loads(row["decision"])
 
     def close(self) -> None:
-        if self._owns_ray:
-            import ray
-
-            ray.shutdown()
+        """Nothing to end here: a stopped run's window may still be streaming in its reader thread, and
+        shutting Ray down under it printed Ray's traceback; Ray ends the connection this process made when
+        the process exits (its own exit hook)."""
