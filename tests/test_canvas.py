@@ -111,9 +111,13 @@ def test_canvas_head_and_turn_close_come_from_the_tokenizer(tokenizer, schema):
     fmt = ModelFormat.from_tokenizer(gemma4)
     open_id, close_id, turn_id = gemma4.convert_tokens_to_ids(["<|channel>", "<channel|>", "<turn|>"])
     assert fmt.head_ids[0] == open_id and fmt.head_ids[-1] == close_id and fmt.turn_close_id == turn_id
-    canvas = CanvasBuilder(gemma4, fmt).build(schema, "x", seed=1)
+    # djev's layout opens the canvas with the thought block; the default ends the prompt with it, as vLLM's
+    # DiffusionGemma strategy does (tests/test_thought_block.py)
+    canvas = CanvasBuilder(gemma4, fmt, thought="canvas").build(schema, "x", seed=1)
     assert canvas.ids[: len(fmt.head_ids)] == fmt.head_ids
     assert min(canvas.slots.values()) >= len(fmt.head_ids)
+    prompted = CanvasBuilder(gemma4, fmt).build(schema, "x", seed=1)
+    assert prompted.prompt_ids[-len(fmt.head_ids) :] == fmt.head_ids and open_id not in prompted.ids
     # Gemma 3's vocabulary has no thought block: no head, and <end_of_turn> closes the turn.
     plain = ModelFormat.from_tokenizer(tokenizer)
     assert plain.head_ids == () and plain.turn_close_id == 106

@@ -118,6 +118,13 @@ def start_ray(address: str | None, **options: Any) -> bool:
             logging_level=logging.WARNING,
             **options,
         )
+    except ray.exceptions.AuthenticationError:
+        # token mode asked for (RAY_AUTH_MODE=token) with no token to hand; Ray's own text runs to a paragraph
+        raise EngineError(
+            f"cannot reach the Ray cluster at {address}: RAY_AUTH_MODE=token asks for Ray's token authentication, "
+            "but no token was found; put the cluster's token in RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or "
+            "~/.ray/auth_token"
+        ) from None
     except ConnectionError as exc:
         hint = (
             ""
