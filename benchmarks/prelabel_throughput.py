@@ -18,6 +18,9 @@ started as its own process with `--service-latency-ms` 50 and 100, at 1, 8, 32 a
   work: building the canvas, the HTTP request and parsing its answer, deciding, and the read's share
   of its batch commit. p50 and p95 over every read at 32 in flight.
 
+- `--reads-per-request 1,8` also runs each level with reads sent several to a request (`/v1/completions`
+  with the prompts as token ids; 1 is one chat completion per read): at most `in flight` reads are out at
+  once either way, in fewer requests.
 - `--workers 0,2` also runs each level with the reads in worker processes (`ProcessEngine`, as
   `diffjev prelabel --workers N`): the main process only streams items and stores batches. The per-step
   client breakdown is measured in-process only (workers' steps run in other interpreters); their CPU
@@ -25,7 +28,7 @@ started as its own process with `--service-latency-ms` 50 and 100, at 1, 8, 32 a
   highest rate the client and endpoint reach together on this machine.
 
 Run: python benchmarks/prelabel_throughput.py [--latencies 50,100] [--in-flight 1,8,32,64] [--rounds 30]
-     [--workers 0,2]
+     [--workers 0,2] [--reads-per-request 1,8]
 """
 
 from __future__ import annotations
@@ -147,6 +150,7 @@ class ClientClock:
 def instrument(engine: VLLMServerEngine, clock: ClientClock) -> None:
     engine.builder.build = clock.timed("build", engine.builder.build)
     engine._read_one = clock.timed("http", engine._read_one)
+    engine._read_batch = clock.timed("http", engine._read_batch, per_items=lambda a, r: max(1, len(r)))
 
 
 def project(db: Database, name: str, texts: list[str]) -> None:
@@ -155,18 +159,25 @@ def project(db: Database, name: str, texts: list[str]) -> None:
     import_items(db, name, pd.DataFrame({"text": texts}))
 
 
-def measure(db, url, tokenizer, clock, server_pid, latency, n, workers, args):
+def measure(db, url, tokenizer, clock, server_pid, latency, n, workers, per_request, args):
     """One level: `repeats` passes of a pre-label run at `n` in flight, in-process or in `workers` processes."""
     rates, overheads, cpu, parts, server_cpu = [], [], [], [], []
     pool = None
     if workers:
         pool = ProcessEngine(
-            functools.partial(VLLMServerEngine, url, SERVED, str(TOKENIZER_FOLDER), max_in_flight=max(1, n // workers)),
+            functools.partial(
+                VLLMServerEngine,
+                url,
+                SERVED,
+                str(TOKENIZER_FOLDER),
+                max_in_flight=max(1, n // workers),
+                reads_per_request=min(per_request, max(1, n // workers)),
+            ),
             processes=workers,
         )
         list(pool.decide_many(Schema.from_dict({**TICKETS_SCHEMA, "samples": 1}), ["warm"] * (2 * workers)))
     for _ in range(args.repeats):
-        engine = pool or VLLMServerEngine(url, SERVED, tokenizer, max_in_flight=n)
+        engine = pool or VLLMServerEngine(url, SERVED, tokenizer, max_in_flight=n, reads_per_request=per_request)
         clock.reset()
         if not workers:
             instrument(engine, clock)
@@ -192,6 +203,7 @@ def measure(db, url, tokenizer, clock, server_pid, latency, n, workers, args):
         latency,
         n,
         workers,
+        min(per_request, n),
         n * args.rounds,
         statistics.median(rates),
         ideal,
@@ -210,8 +222,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30, help="reads per in-flight slot in one pass")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workers", default="0", help="worker processes per level, comma-separated (0: in-process)")
+    ap.add_argument("--reads-per-request", default="1", help="reads per HTTP request, comma-separated (1: chat)")
     args = ap.parse_args()
     worker_counts = [int(x) for x in args.workers.split(",")]
+    per_requests = [int(x) for x in args.reads_per_request.split(",")]
     latencies = [float(x) for x in args.latencies.split(",")]
     levels = [int(x) for x in args.in_flight.split(",")]
     texts = [
@@ -246,7 +260,10 @@ def main() -> None:
             warm.close()
             for n in levels:
                 for workers in worker_counts:
-                    rows.append(measure(db, url, tokenizer, clock, proc.pid, latency, n, workers, args))
+                    for per_request in per_requests:
+                        rows.append(
+                            measure(db, url, tokenizer, clock, proc.pid, latency, n, workers, per_request, args)
+                        )
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -255,25 +272,26 @@ def main() -> None:
 
     print(f"Pre-label throughput, demo schema (3 questions), {os.cpu_count()} CPUs; median of {args.repeats} passes\n")
     print(
-        "| latency | in flight | worker processes | reads / pass | reads/s | ideal | share of ideal | client overhead "
-        "p50 | p95 | client CPU / read (all processes) | endpoint CPU / read | CPU cores busy |"
+        "| latency | in flight | worker processes | reads / request | reads / pass | reads/s | ideal | share of ideal "
+        "| client overhead p50 | p95 | client CPU / read (all processes) | endpoint CPU / read | CPU cores busy |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for latency, n, workers, reads, rate, ideal, p50, p95, cpu, server, _ in rows:
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for latency, n, workers, per_request, reads, rate, ideal, p50, p95, cpu, server, _ in rows:
         share = f"{rate / ideal:.0%}" if latency else "-"
         print(
-            f"| {latency:.0f} ms | {n} | {workers or 'none'} | {reads} | {rate:.1f} | {ideal:.0f} | {share} | "
+            f"| {latency:.0f} ms | {n} | {workers or 'none'} | {per_request} | {reads} | {rate:.1f} | {ideal:.0f} | "
+            f"{share} | "
             f"{p50:.2f} ms | {p95:.2f} ms | {cpu:.2f} ms | {server:.2f} ms | {rate * (cpu + server) / 1000:.2f} |"
         )
     print("\nWhere the client's time per read goes (mean CPU ms per read, one pass):\n")
-    print("| latency | in flight | canvas | HTTP + parsing | deciding and dispatch | storing |")
-    print("|---|---|---|---|---|---|")
-    for latency, n, workers, *_, part in rows:  # noqa: B007
+    print("| latency | in flight | reads / request | canvas | HTTP + parsing | deciding and dispatch | storing |")
+    print("|---|---|---|---|---|---|---|")
+    for latency, n, workers, per_request, *_, part in rows:  # noqa: B007
         if workers:
             continue
         print(
-            f"| {latency:.0f} ms | {n} | {part['build']:.2f} | {part['http']:.2f} | {part['decide']:.2f} | "
-            f"{part['store']:.2f} |"
+            f"| {latency:.0f} ms | {n} | {per_request} | {part['build']:.2f} | {part['http']:.2f} | "
+            f"{part['decide']:.2f} | {part['store']:.2f} |"
         )
     print()
     for latency, rate in ceilings:

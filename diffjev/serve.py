@@ -8,6 +8,9 @@ on a CPU host, and how a developer can stand a local model behind the same clien
   `diffusion_read_only`, `diffusion_max_steps`, `diffusion_pinned`), validated as vLLM validates them,
   answered in vLLM's chat response shape with per-position logprobs at temperature 1; a read of more
   than one step rewrites only the positions not pinned, as vLLM does;
+- `POST /v1/completions`: the same reads with the prompt given as token ids, one prompt or a batch of
+  them in one request (vLLM reads each as its own request, with the request's `vllm_xargs`), answered in
+  vLLM's completions shape, one choice per prompt;
 - `POST /v1/systemone`: the Jev decision API in vLLM's shapes, one canvas read per question;
 - `GET /v1/models`.
 
@@ -204,6 +207,48 @@ def logprob_args(body: dict[str, Any], max_logprobs: int, vocab: int) -> dict[st
     return {"logprobs": logprobs, "top": top or 0, "ids": None}
 
 
+def completion_logprob_args(body: dict[str, Any], max_logprobs: int, vocab: int) -> dict[str, Any]:
+    """The logprob fields of a completions request, as vLLM 0.33's CompletionRequest takes them: `logprobs`
+    is the top-k count (an int, -1 for the whole vocabulary), and `logprob_token_ids` needs it set; with the
+    ids given, top-k is not asked for."""
+    top = body.get("logprobs")
+    if top is not None:
+        if isinstance(top, bool) or not _is_int(top):
+            raise RequestError("logprobs: Input should be a valid integer", "logprobs")
+        if top < 0 and top != -1:
+            raise RequestError("`logprobs` must be a positive value or -1.", "logprobs")
+    if body.get("logprob_token_ids") and top is None:
+        raise RequestError("when using `logprob_token_ids`, `logprobs` must be set.", "logprob_token_ids")
+    # the ids' checks are the chat request's; `logprobs` there is a bool, here a count
+    chat = {"logprobs": top is not None, "logprob_token_ids": body.get("logprob_token_ids")}
+    if top is not None and top != 0:
+        chat["top_logprobs"] = top
+    return logprob_args(chat, max_logprobs, vocab)
+
+
+def prompt_batch(prompt: Any, vocab: int) -> list[list[int]]:
+    """The prompts of a completions request given as token ids: one list of ids, or a list of them. Text
+    prompts are refused: a read's prompt is built and tokenised by the client, so this server never guesses
+    how a text would be wrapped."""
+    if isinstance(prompt, list) and prompt and all(_is_int(t) for t in prompt):
+        prompt = [prompt]
+    if (
+        not isinstance(prompt, list)
+        or not prompt
+        or not all(isinstance(p, list) and p and all(_is_int(t) for t in p) for p in prompt)
+    ):
+        raise RequestError(
+            "prompt must be token ids: a non-empty list of ints, or a non-empty list of such lists (this server "
+            "takes no text prompts; send the chat messages to /v1/chat/completions)",
+            "prompt",
+        )
+    for i, ids in enumerate(prompt):
+        outside = next((t for t in ids if not 0 <= t < vocab), None)
+        if outside is not None:
+            raise RequestError(f"Token id {outside} in prompt {i} is out of vocabulary (size {vocab})", "prompt")
+    return prompt
+
+
 def rendering_flags(body: dict[str, Any]) -> dict[str, bool]:
     """`add_generation_prompt` (default true) and `continue_final_message` (default false), as vLLM's chat
     request takes them: bools, never both true."""
@@ -385,15 +430,97 @@ def create_app(
             }
         )
 
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        body = await _json_body(request)
+        check_model(body.get("model"))
+        if body.get("stream"):
+            raise RequestError("this server does not stream", "stream")
+        if body.get("echo"):
+            raise RequestError("this server does not echo the prompt", "echo")
+        if body.get("n", 1) != 1:
+            raise RequestError("n: a read-only read has one choice per prompt", "n")
+        prompts = prompt_batch(body.get("prompt"), vocab)
+        sampling_refusal(body)
+        lp = completion_logprob_args(body, max_logprobs, vocab)
+        diff = diffusion_args(body, canvas_length, vocab)
+        max_tokens = body.get("max_tokens", 16)  # CompletionRequest's default
+        if max_tokens is not None and (not _is_int(max_tokens) or max_tokens <= 0):
+            raise RequestError("max_tokens must be a positive int", "max_tokens")
+        as_ids = bool(body.get("return_tokens_as_token_ids", False))
+        for prompt in prompts:
+            check_context(len(prompt))
+        # read-only caps the output at the canvas width and ignores EOS: position i is canvas position i
+        n_out = min(max_tokens or diff["width"], diff["width"])
+        shared = orjson.dumps([diff, lp, n_out, as_ids], option=orjson.OPT_SORT_KEYS)
+        choices, prompt_tokens = [], 0
+        for index, prompt in enumerate(prompts):  # vLLM reads each prompt as a request of its own
+            key = shared + orjson.dumps(prompt) if memoize and diff["seed"] is not None else None
+            choice = answered.get(key) if key is not None else None
+            if choice is None:
+                canvas = diff["seed"] or [random.randrange(vocab) for _ in range(diff["width"])]
+                logprobs = await run_in_threadpool(
+                    locked, engine.denoised_logprobs, prompt, canvas, diff["pinned"], diff["steps"], n_out
+                )
+                choice = _completion_choice(logprobs, lp, diff["constrained"], as_ids)
+                if key is not None:
+                    answered[key] = choice
+            choices.append({**choice, "index": index})
+            prompt_tokens += len(prompt)
+        await asyncio.sleep(service_latency_s)
+        completion_tokens = n_out * len(prompts)
+        return json_response(
+            {
+                "id": f"cmpl-{uuid.uuid4().hex}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": served_model_name,
+                "choices": choices,
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            }
+        )
+
+    def _completion_choice(logprobs, lp: dict[str, Any], constrained: bool, as_ids: bool) -> dict[str, Any]:
+        """vLLM's completions choice for one read: the text, and per position the sampled token's logprob and
+        a map of the candidates' (the sampled token first, then the asked ids or the top k)."""
+        logprobs = _constrained(logprobs, lp) if constrained else logprobs
+        top_ids = logprobs.argmax(dim=-1).tolist()
+        shown = None
+        if lp["logprobs"]:
+            tokens, token_logprobs, top_logprobs, offsets, offset = [], [], [], [], 0
+            for pos, tid in enumerate(top_ids):
+                row = logprobs[pos]
+                asked = (
+                    lp["ids"] if lp["ids"] is not None else row.topk(lp["top"]).indices.tolist() if lp["top"] else []
+                )
+                candidates = list(dict.fromkeys([tid, *asked]))
+                tokens.append(token_text(tid, as_ids))
+                token_logprobs.append(max(float(row[tid]), -9999.0))
+                top_logprobs.append(
+                    {token_text(t, as_ids): max(v, -9999.0) for t, v in zip(candidates, row[candidates].tolist())}
+                )
+                offsets.append(offset)
+                offset += len(tokenizer.decode([tid]))
+            shown = {"text_offset": offsets, "token_logprobs": token_logprobs, "tokens": tokens}
+            shown["top_logprobs"] = top_logprobs
+        return {
+            "text": tokenizer.decode(top_ids, skip_special_tokens=True),
+            "logprobs": shown,
+            # a read-only read ignores EOS and is capped at the canvas: it always ends at its length
+            "finish_reason": "length",
+            "stop_reason": None,
+            "prompt_logprobs": None,
+        }
+
     def _chat_choice(
         logprobs, lp: dict[str, Any], constrained: bool, as_ids: bool, prompt_tokens: int
     ) -> tuple[dict[str, Any], dict[str, int]]:
         """vLLM's `choices[0]` and `usage` for one read's `(positions, vocab)` log-probabilities."""
-        if constrained:  # normalised over the requested ids only
-            ids = lp["ids"]
-            sub = logprobs[:, ids]
-            logprobs = logprobs.new_full(logprobs.shape, float("-inf"))
-            logprobs[:, ids] = sub - sub.logsumexp(dim=-1, keepdim=True)
+        logprobs = _constrained(logprobs, lp) if constrained else logprobs
         top_ids = logprobs.argmax(dim=-1).tolist()
         content = None
         if lp["logprobs"]:
@@ -529,6 +656,15 @@ def create_app(
             return per_question(), False
 
     return app
+
+
+def _constrained(logprobs, lp: dict[str, Any]):
+    """`diffusion_constrained`: the logprobs normalised over the requested ids only."""
+    ids = lp["ids"]
+    sub = logprobs[:, ids]
+    out = logprobs.new_full(logprobs.shape, float("-inf"))
+    out[:, ids] = sub - sub.logsumexp(dim=-1, keepdim=True)
+    return out
 
 
 def joint_diagnostics(canvases: list[Canvas]) -> list[dict[str, Any]]:

@@ -3,7 +3,13 @@
 Each canvas is one chat completion carrying the structured-read fields in `vllm_xargs`: the seeded
 canvas, its width, one step, read-only. `logprob_token_ids` asks for every label's exact logprob at every
 canvas position. `temperature` and `seed` are never sent: vLLM rejects them on diffusion requests.
-Reads go out concurrently over one HTTP client, a bounded number in flight.
+Reads go out concurrently, a bounded number in flight.
+
+With `reads_per_request` above 1, text reads that share a canvas (every item of a run's draw does: the
+noise is seeded by the run, not the item) go out together as one `/v1/completions` request: the prompts as
+the token ids this client built (the chat template rendered here, as djev's continuation reads send them),
+one `vllm_xargs` for all, and vLLM reads each prompt as a request of its own. One HTTP round trip and one
+JSON answer then carry several reads: on a client the request itself, not the read, is most of the CPU.
 """
 
 from __future__ import annotations
@@ -42,6 +48,18 @@ def parse_chat_logprobs(data: Any, canvas: Canvas) -> dict[str, SlotRead]:
     return out
 
 
+def parse_completion_logprobs(choice: Any, canvas: Canvas) -> dict[str, SlotRead]:
+    """Each slot's id -> logprob map from a completions choice's `logprobs.top_logprobs[pos]` (a map keyed by
+    'token_id:N'), and the token read there from `logprobs.tokens[pos]`."""
+    logprobs = choice["logprobs"]
+    tops, tokens = logprobs["top_logprobs"], logprobs["tokens"]
+    out = {}
+    for qid, pos in canvas.slots.items():
+        read = {parse_token(t): float(v) for t, v in (tops[pos] or {}).items()}
+        out[qid] = SlotRead(read, parse_token(tokens[pos]))
+    return out
+
+
 def multimodal_messages(canvas: Canvas) -> list[dict[str, Any]]:
     """The chat messages with the item's images ahead of its text in the user turn, as OpenAI's chat format
     (and vLLM's) takes them: an `image_url` part per image, a data URL, then the text."""
@@ -72,6 +90,7 @@ class VLLMServerEngine(CanvasEngine):
         vocab_size: int | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
         thought: str = "prompt",
+        reads_per_request: int = 1,
     ):
         # One server or several (a list, commas, or a file of them); each a base URL with no query or
         # fragment, which would change the path the read goes to.
@@ -91,8 +110,15 @@ class VLLMServerEngine(CanvasEngine):
         self.thought_layout = self.builder.thought_placement  # where the thought block went, kept with a run
         self.max_in_flight = max_in_flight
         self.batch_size = 2 * max_in_flight
+        if reads_per_request < 1:
+            raise ValueError("reads_per_request must be at least 1")
+        # At most max_in_flight reads in flight either way: fewer requests, each carrying more reads.
+        self.reads_per_request = min(reads_per_request, max_in_flight)
         self._clients = HTTPClients(timeout, connect_timeout, api_key, servers=len(urls))
         self._pool = ThreadPoolExecutor(max_in_flight, thread_name_prefix="vllm-read")
+        self._batches = ThreadPoolExecutor(
+            max(1, max_in_flight // self.reads_per_request), thread_name_prefix="vllm-batch"
+        )
         self.span_items_at_once = max_in_flight  # each item's span reads go out beside the others'
         self._context_lock = threading.Lock()
         self._context_asked = False
@@ -150,7 +176,53 @@ class VLLMServerEngine(CanvasEngine):
         return body
 
     def read(self, canvases: Sequence[Canvas]) -> list[dict[str, SlotRead]]:
-        return list(self._pool.map(self._read_one, canvases))
+        if self.reads_per_request == 1:
+            return list(self._pool.map(self._read_one, canvases))
+        # Text reads sharing a request's fields go out together; a read with images goes alone, by chat.
+        together: dict[tuple, list[int]] = {}
+        alone = []
+        for i, canvas in enumerate(canvases):
+            if canvas.images:
+                alone.append(i)
+            else:
+                key = (canvas.ids, canvas.width, canvas.reply_tokens, tuple(sorted(canvas.label_ids.items())))
+                together.setdefault(key, []).append(i)
+        step = self.reads_per_request
+        batches = [ids[k : k + step] for ids in together.values() for k in range(0, len(ids), step)]
+        asked = [(b, self._batches.submit(self._read_batch, [canvases[i] for i in b])) for b in batches]
+        asked += [([i], self._pool.submit(lambda c: [self._read_one(c)], canvases[i])) for i in alone]
+        out: list[dict[str, SlotRead]] = [{}] * len(canvases)
+        for where, future in asked:
+            for i, got in zip(where, future.result()):
+                out[i] = got
+        return out
+
+    def completion_body(self, canvases: Sequence[Canvas]) -> dict[str, Any]:
+        """One `/v1/completions` request reading `canvases` (text reads that share their canvas, width and
+        labels): each prompt as its token ids, as the builder rendered and tokenised it."""
+        first = self.request_body(canvases[0])  # the label ids and the read's fields, checked once
+        return {
+            "model": self.model_name,
+            "prompt": [list(c.prompt_ids) for c in canvases],
+            "max_tokens": first["max_tokens"],
+            "logprobs": TOP_LOGPROBS,  # completions take the top-k as a count; beside the ids vLLM ignores it
+            "logprob_token_ids": first["logprob_token_ids"],
+            "return_tokens_as_token_ids": True,
+            "vllm_xargs": first["vllm_xargs"],
+        }
+
+    def _read_batch(self, canvases: Sequence[Canvas]) -> list[dict[str, SlotRead]]:
+        data = self._post("/v1/completions", self.completion_body(canvases))
+        try:
+            choices = sorted(data["choices"], key=lambda c: c["index"])
+            if len(choices) != len(canvases):
+                raise ValueError("one choice per prompt")
+            return [parse_completion_logprobs(choice, c) for choice, c in zip(choices, canvases)]
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            raise EngineError(
+                f"the answer from {shown_url(self.url)}/v1/completions has no usable choices[i].logprobs, one per "
+                f"prompt, at the slots; the server must be a vLLM build with structured reads"
+            ) from None
 
     def span_request_body(self, canvas: Any) -> dict[str, Any]:
         """A span read: several denoise steps with every position but the blank pinned, and the logprobs
@@ -223,4 +295,5 @@ class VLLMServerEngine(CanvasEngine):
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._batches.shutdown(wait=False, cancel_futures=True)
         self._clients.close()

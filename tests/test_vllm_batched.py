@@ -1,0 +1,166 @@
+"""Reads several to a request: VLLMServerEngine with `reads_per_request` sends text reads that share a
+canvas as one `/v1/completions` request (the prompts as token ids), over real HTTP against serve-model and
+the tiny DiffusionGemma; the answers equal one chat completion per read, and the server reads, refuses and
+answers completions as vLLM does."""
+
+import httpx
+import pytest
+
+from diffjev import EngineError, Schema, read_many
+from diffjev.engines import VLLMServerEngine
+from conftest import SERVED_NAME, STATES, TICKETS
+from faulty_servers import CannedFault
+
+
+class Recorded(httpx.HTTPTransport):
+    """httpx's own transport, noting each request's path and body on the way."""
+
+    sent: list = []
+
+    def handle_request(self, request):
+        Recorded.sent.append((request.url.path, request.content))
+        return super().handle_request(request)
+
+
+def engine(url, tokenizer, **options):
+    return VLLMServerEngine(url, model=SERVED_NAME, tokenizer=tokenizer, **options)
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    Recorded.sent = []
+    original = httpx.Client.__init__
+
+    def with_recorder(self, *args, **kwargs):
+        original(self, *args, **{**kwargs, "transport": Recorded()})
+
+    monkeypatch.setattr(httpx.Client, "__init__", with_recorder)
+    return Recorded.sent
+
+
+def test_reads_in_one_request_equal_one_chat_read_each(vllm_server, tokenizer, schema, recorded):
+    custom = Schema.from_dict({**TICKETS, "template": "Urgent: {urgent}\nTeam: {team}\nTone: {tone}/3"})
+    states = [*STATES, *(f"{s} (again {i})" for i, s in enumerate(STATES * 3))]
+    one_each, batched = engine(vllm_server.url, tokenizer, max_in_flight=8), None
+    try:
+        batched = engine(vllm_server.url, tokenizer, max_in_flight=8, reads_per_request=4)
+        for s in (schema, custom):
+            recorded.clear()
+            alone = list(read_many(s, states, one_each))
+            reads = [path for path, _ in recorded if path != "/v1/models"]
+            assert set(reads) == {"/v1/chat/completions"}
+            recorded.clear()
+            together = list(read_many(s, states, batched))
+            paths = [path for path, _ in recorded if path != "/v1/models"]
+            assert set(paths) == {"/v1/completions"} and len(paths) < len(reads)
+            for a, b in zip(alone, together):
+                assert b.diagnostics["canvas_ids"] == a.diagnostics["canvas_ids"]
+                assert b.diagnostics["prompt_ids"] == a.diagnostics["prompt_ids"]
+                assert b.diagnostics["draws"] == a.diagnostics["draws"]
+                for qid, answer in a.answers.items():
+                    other = b.answers[qid]
+                    assert other.answer == answer.answer and other.argmax_is_label == answer.argmax_is_label
+                    for name, p in answer.probabilities.items():
+                        assert other.probabilities[name] == pytest.approx(p, abs=1e-5)
+    finally:
+        one_each.close()
+        batched and batched.close()
+
+
+def test_a_request_carries_at_most_reads_per_request_prompts_and_one_canvas(vllm_server, tokenizer, schema, recorded):
+    import orjson
+
+    batched = engine(vllm_server.url, tokenizer, max_in_flight=6, reads_per_request=3)
+    try:
+        list(read_many(schema, [f"ticket {i}: the export fails" for i in range(10)], batched))
+    finally:
+        batched.close()
+    bodies = [orjson.loads(body) for path, body in recorded if path == "/v1/completions"]
+    assert all(1 <= len(b["prompt"]) <= 3 for b in bodies)
+    assert sum(len(b["prompt"]) for b in bodies) >= 10  # the "auto" policy may read an item again
+    first = bodies[0]
+    assert first["vllm_xargs"]["diffusion_read_only"] is True and len(first["vllm_xargs"]["diffusion_seed_canvas"])
+    assert "temperature" not in first and "seed" not in first and "messages" not in first
+    assert first["logprob_token_ids"] == sorted(first["logprob_token_ids"])
+
+
+def completion(server, **changes):
+    body = {
+        "model": SERVED_NAME,
+        "prompt": [[2, 106, 1645, 108], [2, 106, 9259, 108]],
+        "max_tokens": 16,
+        "logprobs": 5,
+        "logprob_token_ids": [3, 17, 2000],
+        "return_tokens_as_token_ids": True,
+        "vllm_xargs": {
+            "diffusion_seed_canvas": [7] * 16,
+            "diffusion_canvas_length": 16,
+            "diffusion_max_steps": 1,
+            "diffusion_read_only": True,
+        },
+    }
+    for key, value in changes.items():
+        if value is None:
+            body.pop(key, None)
+        else:
+            body[key] = value
+    return httpx.post(f"{server.url}/v1/completions", json=body, timeout=60)
+
+
+def test_the_server_answers_a_batch_in_vllms_completions_shape(vllm_server):
+    answer = completion(vllm_server)
+    assert answer.status_code == 200, answer.text
+    data = answer.json()
+    assert data["object"] == "text_completion" and [c["index"] for c in data["choices"]] == [0, 1]
+    assert data["usage"]["prompt_tokens"] == 8 and data["usage"]["completion_tokens"] == 32
+    for choice in data["choices"]:
+        logprobs = choice["logprobs"]
+        assert len(logprobs["tokens"]) == len(logprobs["top_logprobs"]) == len(logprobs["token_logprobs"]) == 16
+        for token, top in zip(logprobs["tokens"], logprobs["top_logprobs"]):
+            # the sampled token first, then every asked id (top-k is not asked for beside the ids)
+            assert list(top)[0] == token and set(top) >= {"token_id:3", "token_id:17", "token_id:2000"}
+            assert len(top) <= 4 and all(v <= 0 for v in top.values())
+        assert choice["finish_reason"] == "length"
+    # two prompts, two reads: different prompts read differently
+    assert data["choices"][0]["logprobs"]["top_logprobs"] != data["choices"][1]["logprobs"]["top_logprobs"]
+    single = completion(vllm_server, prompt=[2, 106, 1645, 108]).json()
+    assert single["choices"][0]["logprobs"] == data["choices"][0]["logprobs"]
+
+
+@pytest.mark.parametrize(
+    "changes, param",
+    [
+        ({"prompt": "a text prompt"}, "prompt"),
+        ({"prompt": []}, "prompt"),
+        ({"prompt": [[1, 2], []]}, "prompt"),
+        ({"prompt": [[1, 999999999]]}, "prompt"),
+        ({"logprobs": None}, "logprob_token_ids"),
+        ({"logprobs": True}, "logprobs"),
+        ({"temperature": 0.5}, "temperature"),
+        ({"stream": True}, "stream"),
+        ({"echo": True}, "echo"),
+        ({"n": 2}, "n"),
+        ({"model": "another"}, "model"),
+        ({"vllm_xargs": {"diffusion_seed_canvas": [7] * 16, "diffusion_canvas_length": 16}}, "vllm_xargs"),
+    ],
+)
+def test_the_server_refuses_a_completions_read_as_vllm_does(vllm_server, changes, param):
+    answer = completion(vllm_server, **changes)
+    assert answer.status_code in (400, 404), answer.text
+    assert answer.json()["error"]["param"] == param
+
+
+def test_an_answer_short_of_its_prompts_fails_each_read_by_name(tokenizer, schema):
+    # a server answering 200 with one choice for a batch of prompts: the reads fail, none is half-stored
+    with CannedFault(200, b'{"choices": [{"index": 0, "logprobs": null}]}') as server:
+        batched = engine(server.url, tokenizer, max_in_flight=4, reads_per_request=4, timeout=5)
+        try:
+            with pytest.raises(EngineError, match="one per prompt"):
+                list(read_many(schema, STATES, batched))
+        finally:
+            batched.close()
+
+
+def test_reads_per_request_must_be_positive(vllm_server, tokenizer):
+    with pytest.raises(ValueError, match="reads_per_request"):
+        engine(vllm_server.url, tokenizer, reads_per_request=0)
