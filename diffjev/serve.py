@@ -61,6 +61,7 @@ DIFFUSION_REFUSAL = (
     "are not yet supported with diffusion models."
 )
 DEFAULT_MAX_LOGPROBS = 20  # vLLM's --max-logprobs default (ModelConfig.max_logprobs)
+MAX_COMPLETION_PROMPTS = 1024  # vLLM's VLLM_MAX_COMPLETION_PROMPTS default: prompts in one completions request
 MAX_LOGPROB_TOKEN_IDS = 128  # vllm.sampling_params
 
 
@@ -240,6 +241,11 @@ def prompt_batch(prompt: Any, vocab: int) -> list[list[int]]:
         raise RequestError(
             "prompt must be token ids: a non-empty list of ints, or a non-empty list of such lists (this server "
             "takes no text prompts; send the chat messages to /v1/chat/completions)",
+            "prompt",
+        )
+    if len(prompt) > MAX_COMPLETION_PROMPTS:
+        raise RequestError(
+            f"prompt list length {len(prompt)} exceeds the maximum allowed count of {MAX_COMPLETION_PROMPTS}.",
             "prompt",
         )
     for i, ids in enumerate(prompt):

@@ -23,7 +23,12 @@ from studio_fixtures import serve_studio, studio_db
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVED_WIDTH = 64  # conftest's vllm_server
-KINDS = {"/v1/chat/completions": "chat", "/v1/systemone": "systemone", "/v1/decisions": "decisions"}
+KINDS = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completion",
+    "/v1/systemone": "systemone",
+    "/v1/decisions": "decisions",
+}
 
 
 class Recorder:
@@ -75,6 +80,11 @@ def recorded(vllm_server, dgemma_engine, schema, tokenizer):
         chat = VLLMServerEngine(proxy.url, model=SERVED_NAME, tokenizer=tokenizer, max_in_flight=2)
         list(read_many(schema, STATES[:2], chat))
         chat.close()
+        batched = VLLMServerEngine(
+            proxy.url, model=SERVED_NAME, tokenizer=tokenizer, max_in_flight=4, reads_per_request=4
+        )
+        list(read_many(schema, STATES, batched))
+        batched.close()
         for api in ("systemone", "decisions"):
             for joint in (True, False):
                 engine = JevAPIEngine(proxy.url, model=SERVED_NAME, api=api, joint=joint)
@@ -91,7 +101,10 @@ def recorded(vllm_server, dgemma_engine, schema, tokenizer):
         assert httpx.post(f"{proxy.url}/v1/chat/completions", json=continued, timeout=60).status_code == 200
     # Refusals, straight from serve-model: each must be vLLM's ErrorResponse.
     first_jev = next(s["body"] for s in recorder.samples if s["kind"] == "systemone_request")
+    first_completion = next(s["body"] for s in recorder.samples if s["kind"] == "completion_request")
     refused = [
+        ("/v1/completions", {**first_completion, "logprobs": None}),
+        ("/v1/completions", {**first_completion, "prompt": "text"}),
         ("/v1/chat/completions", {**first_chat, "temperature": 0.5}),
         ("/v1/chat/completions", {**first_chat, "model": "other"}),
         ("/v1/systemone", {**first_jev, "joint": 1}),
@@ -110,6 +123,8 @@ def test_what_diffjev_sends_and_serves_passes_vllms_own_models(recorded, tmp_pat
     assert kinds == {
         "chat_request",
         "chat_response",
+        "completion_request",
+        "completion_response",
         "systemone_request",
         "systemone_response",
         "decisions_request",
@@ -118,6 +133,7 @@ def test_what_diffjev_sends_and_serves_passes_vllms_own_models(recorded, tmp_pat
     }
     assert any(s["body"].get("joint") is True for s in recorded.samples if s["kind"] == "systemone_request")
     assert any(s["body"].get("continue_final_message") for s in recorded.samples if s["kind"] == "chat_request")
+    assert any(len(s["body"]["prompt"]) > 1 for s in recorded.samples if s["kind"] == "completion_request")
     result = run_check(recorded.samples, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"vllm 0.33.0: {len(recorded.samples)} of {len(recorded.samples)} samples pass" in result.stdout

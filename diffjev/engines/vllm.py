@@ -29,6 +29,7 @@ from diffjev.models import load_tokenizer
 
 TOP_LOGPROBS = 20
 MAX_LOGPROB_TOKEN_IDS = 128  # djev's cap: more than this and the request itself becomes the cost
+MAX_COMPLETION_PROMPTS = 1024  # vLLM's default cap on the prompts of one completions request
 
 
 def parse_token(token: str) -> int:
@@ -113,7 +114,7 @@ class VLLMServerEngine(CanvasEngine):
         if reads_per_request < 1:
             raise ValueError("reads_per_request must be at least 1")
         # At most max_in_flight reads in flight either way: fewer requests, each carrying more reads.
-        self.reads_per_request = min(reads_per_request, max_in_flight)
+        self.reads_per_request = min(reads_per_request, max_in_flight, MAX_COMPLETION_PROMPTS)
         self._clients = HTTPClients(timeout, connect_timeout, api_key, servers=len(urls))
         self._pool = ThreadPoolExecutor(max_in_flight, thread_name_prefix="vllm-read")
         self._batches = ThreadPoolExecutor(

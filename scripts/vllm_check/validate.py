@@ -5,11 +5,11 @@ never imported by diffjev. Each argument is a JSON Lines file, one sample per li
 
     {"kind": "chat_request", "name": "...", "body": {...}, "canvas_length": 64, "vocab_size": 262144}
 
-Kinds: chat_request, systemone_request, decisions_request (bodies diffjev's clients send) and chat_response,
-systemone_response, decisions_response, error_response (answers diffjev's servers give). A request is
-validated by its pydantic model and, for a chat read, also turned into vLLM's SamplingParams and checked by
-its diffusion rules (`vllm/utils/diffusion.py`) as the server does at admission. A response is validated
-by its model, and a field the model does not have is a failure too: vLLM's models allow extra fields, a
+Kinds: chat_request, completion_request, systemone_request, decisions_request (bodies diffjev's clients
+send) and chat_response, completion_response, systemone_response, decisions_response, error_response (answers
+diffjev's servers give). A request is validated by its pydantic model and, for a chat or completions read,
+also turned into vLLM's SamplingParams and checked by its diffusion rules (`vllm/utils/diffusion.py`) as
+the server does at admission. A response is validated by its model, and a field the model does not have is a failure too: vLLM's models allow extra fields, a
 client reading vLLM's answers would never see them.
 
 Prints one line per failure and a summary naming the vLLM version; exit status 1 when any sample fails.
@@ -29,11 +29,14 @@ from vllm.entrypoints.generate.structured_decisions.protocol import (
     StructuredDecisionResponse,
 )
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest, ChatCompletionResponse
+from vllm.entrypoints.openai.completion.protocol import CompletionRequest, CompletionResponse
 from vllm.entrypoints.openai.decisions.protocol import DecisionRequest, DecisionResponse
 from vllm.entrypoints.serve.engine.protocol import ErrorResponse
 
 MODELS: dict[str, type[BaseModel]] = {
     "chat_request": ChatCompletionRequest,
+    "completion_request": CompletionRequest,
+    "completion_response": CompletionResponse,
     "systemone_request": StructuredDecisionRequest,
     "decisions_request": DecisionRequest,
     "chat_response": ChatCompletionResponse,
@@ -60,7 +63,7 @@ def extras(value: Any, where: str = "") -> list[str]:
     return found
 
 
-def check_chat_read(request: ChatCompletionRequest, sample: dict[str, Any]) -> None:
+def check_read(request: ChatCompletionRequest | CompletionRequest, sample: dict[str, Any]) -> None:
     """The sampling params vLLM makes of the request, checked by its diffusion admission rules."""
     from vllm.utils.diffusion import validate_diffusion_sampling_params
 
@@ -77,8 +80,8 @@ def check(sample: dict[str, Any]) -> str | None:
         return f"unknown kind {sample.get('kind')!r}; kinds: {', '.join(MODELS)}"
     try:
         parsed = model.model_validate(sample["body"])
-        if sample["kind"] == "chat_request":
-            check_chat_read(parsed, sample)
+        if sample["kind"] in ("chat_request", "completion_request"):
+            check_read(parsed, sample)
     except ValidationError as exc:
         return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
     except Exception as exc:  # vLLM's own admission errors (VLLMValidationError, ValueError)
@@ -86,7 +89,7 @@ def check(sample: dict[str, Any]) -> str | None:
     unknown = extras(parsed)
     if unknown and sample["kind"].endswith("_response"):
         return f"fields vLLM's {model.__name__} does not have: {', '.join(unknown)}"
-    if unknown and sample["kind"] == "chat_request":
+    if unknown and sample["kind"] in ("chat_request", "completion_request"):
         return f"fields vLLM's {model.__name__} does not have (vLLM ignores them): {', '.join(unknown)}"
     return None
 
