@@ -5,12 +5,12 @@ never imported by diffjev. Each argument is a JSON Lines file, one sample per li
 
     {"kind": "chat_request", "name": "...", "body": {...}, "canvas_length": 64, "vocab_size": 262144}
 
-Kinds: chat_request, completion_request, systemone_request, decisions_request (bodies diffjev's clients
-send) and chat_response, completion_response, systemone_response, decisions_response, error_response (answers
+Kinds: chat_request, completion_request, systemone_request, decisions_request (bodies diffjev's clients send)
+and chat_response, completion_response, systemone_response, decisions_response, error_response (answers
 diffjev's servers give). A request is validated by its pydantic model and, for a chat or completions read,
-also turned into vLLM's SamplingParams and checked by its diffusion rules (`vllm/utils/diffusion.py`) as
-the server does at admission. A response is validated by its model, and a field the model does not have is a failure too: vLLM's models allow extra fields, a
-client reading vLLM's answers would never see them.
+also turned into vLLM's SamplingParams and checked by its diffusion rules (`vllm/utils/diffusion.py`) as the
+server does at admission. A response is validated by its model, and a field the model does not have is a
+failure too: vLLM's models allow extra fields, a client reading vLLM's answers would never see them.
 
 Prints one line per failure and a summary naming the vLLM version; exit status 1 when any sample fails.
 """
