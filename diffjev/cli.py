@@ -73,6 +73,7 @@ def _engine_choice(args: argparse.Namespace) -> EngineChoice:
         tokenizer=args.tokenizer,
         canvas_length=args.canvas,
         api_key=os.environ.get("DIFFJEV_VLLM_API_KEY"),
+        reads_per_request=getattr(args, "reads_per_request", 1) or 1,
     )
 
 
@@ -80,6 +81,8 @@ def _engine(args: argparse.Namespace):
     workers = getattr(args, "workers", 0) or 0
     if workers < 0:
         raise UserError("--workers must be 0 (reads in this process) or more")
+    if getattr(args, "reads_per_request", 1) < 1:
+        raise UserError("--reads-per-request must be 1 (one chat completion a read) or more")
     if getattr(args, "ray", None):
         return _ray_engine(args, workers)
     chosen = choose_engine(_engine_choice(args))
@@ -289,6 +292,7 @@ def resume_command(args: argparse.Namespace, run_id: int) -> str:
         ("--tokenizer", args.tokenizer),
         ("--canvas", str(args.canvas) if args.canvas != DEFAULT_CANVAS else None),
         ("--workers", str(args.workers) if args.workers else None),
+        ("--reads-per-request", str(args.reads_per_request) if args.reads_per_request != 1 else None),
     ]
     words += [part for flag, value in flags if value is not None for part in (flag, value)]
     if args.ray:
@@ -588,6 +592,15 @@ def parser() -> argparse.ArgumentParser:
         default=0,
         help="server engines: build, send and decode reads in N worker processes, past one interpreter's "
         "limit (default 0: in this process); with --ray, the Ray tasks reading at once",
+    )
+    p.add_argument(
+        "--reads-per-request",
+        type=int,
+        default=1,
+        metavar="N",
+        help="vllm engine: send text reads N to a request, as one /v1/completions request with the prompts as "
+        "token ids (default 1: one chat completion a read); fewer requests cost the client and the server less "
+        "CPU for the same reads in flight",
     )
     p.add_argument(
         "--ray",

@@ -164,3 +164,38 @@ def test_an_answer_short_of_its_prompts_fails_each_read_by_name(tokenizer, schem
 def test_reads_per_request_must_be_positive(vllm_server, tokenizer):
     with pytest.raises(ValueError, match="reads_per_request"):
         engine(vllm_server.url, tokenizer, reads_per_request=0)
+
+
+def test_a_batched_run_stores_what_a_run_of_chat_reads_stores(tmp_path, vllm_server, tokenizer):
+    from diffjev.services.prelabel import prelabel
+    from test_faults import suggestion_rows
+    from test_runs import counts, project_db
+
+    stored = {}
+    for per_request in (1, 8):
+        db = project_db(tmp_path / f"r{per_request}.db", 30)
+        reader = engine(vllm_server.url, tokenizer, max_in_flight=8, reads_per_request=per_request)
+        report = prelabel(db, "p", reader, batch_items=8)
+        reader.close()
+        assert (report.status, report.read, report.failed) == ("completed", 30, 0)
+        assert counts(db, report.run_id)[:2] == (30, 90)
+        stored[per_request] = suggestion_rows(db, report.run_id)
+    assert stored[1] == stored[8]
+
+
+def test_the_cli_sends_reads_several_to_a_request(tmp_path, vllm_server, tiny_model_folder):
+    import subprocess
+    import sys
+
+    from test_runs import project_db
+
+    project_db(tmp_path / "cli.db", 10)
+    command = [sys.executable, "-m", "diffjev.cli", "prelabel", "--db", str(tmp_path / "cli.db"), "--project", "p"]
+    command += ["--engine", "vllm", "--url", vllm_server.url, "--model", SERVED_NAME]
+    command += ["--tokenizer", str(tiny_model_folder), "--workers", "2", "--reads-per-request", "4"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "completed: 10 read, 0 failed" in done.stdout
+    refused = subprocess.run([*command[:-1], "0"], capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "--reads-per-request must be 1" in refused.stderr
+    assert "Traceback" not in refused.stderr

@@ -26,6 +26,7 @@ class EngineChoice:
     tokenizer: str | None = None  # default: $DIFFJEV_TOKENIZER, else the model's own
     canvas_length: int = 64
     api_key: str | None = None  # default: $DIFFJEV_VLLM_API_KEY; sent only in the Authorization header
+    reads_per_request: int = 1  # vllm engine: text reads sent together as one /v1/completions request
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,14 @@ def choose_engine(choice: EngineChoice) -> ChosenEngine:
             from diffjev.models import offline_gemma_tokenizer
 
             tokenizer = offline_gemma_tokenizer()
-        engine = VLLMServerEngine(url, model, tokenizer, canvas_length=choice.canvas_length, api_key=api_key)
+        engine = VLLMServerEngine(
+            url,
+            model,
+            tokenizer,
+            canvas_length=choice.canvas_length,
+            api_key=api_key,
+            reads_per_request=choice.reads_per_request,
+        )
         where = f"vLLM server at {engine.servers}" if "," not in engine.servers else f"vLLM servers at {engine.servers}"
         return ChosenEngine(engine, f"{where}, model {model}")
     if choice.kind.startswith("autoregressive"):  # DIFFJEV_MODEL names a diffusion model: only --model applies

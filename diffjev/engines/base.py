@@ -11,6 +11,7 @@ import dataclasses
 import re
 import time
 from abc import ABC, abstractmethod
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import islice
 from typing import Any, Iterable, Iterator, Sequence
@@ -202,6 +203,9 @@ class CanvasEngine(Engine):
         self.check_schema(schema)
         states = iter(states) if self.reads_images else self._text_only(states)
         sizes = growing_chunks(self.batch_size)
+        if self.pipeline_depth > 1:
+            yield from self._decide_streaming(schema, states, sizes, seed)
+            return
         with ThreadPoolExecutor(self.pipeline_depth, thread_name_prefix=f"{self.name}-read") as pool:
             pending: list[Future] = []
             while True:
@@ -214,6 +218,30 @@ class CanvasEngine(Engine):
                     yield from pending.pop(0).result()
                 elif not chunk:
                     return
+
+    def _decide_streaming(
+        self, schema: Schema, states: Iterator[Any], sizes: Iterator[int], seed: int
+    ) -> Iterator[Decision]:
+        """A remote server's reads: chunks go out while fewer than pipeline_depth full batches of items are
+        being read, so the small first chunks (1, 2, 4 ... items, for a quick first result) all go out at
+        once instead of one round trip after another; results come back in input order."""
+        limit = self.pipeline_depth * self.batch_size
+        chunks_at_once = self.pipeline_depth + max(1, self.batch_size).bit_length()
+        with ThreadPoolExecutor(chunks_at_once, thread_name_prefix=f"{self.name}-read") as pool:
+            pending: deque[tuple[Future, int]] = deque()
+            items = 0
+            while True:
+                while items < limit:
+                    chunk = list(islice(states, next(sizes)))
+                    if not chunk:
+                        break
+                    pending.append((pool.submit(self._decide_chunk, schema, chunk, seed), len(chunk)))
+                    items += len(chunk)
+                if not pending:
+                    return
+                future, size = pending.popleft()
+                items -= size
+                yield from future.result()
 
     def decide_batch(self, schema: Schema, states: Sequence[Any], seed: int = DEFAULT_SEED) -> list[Decision]:
         """One batch read at once, every canvas in flight together (up to the engine's own limit): what a
