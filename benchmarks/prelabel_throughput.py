@@ -254,7 +254,7 @@ def main() -> None:
         proc, url = start_server(latency)
         try:
             # The endpoint memoizes a chat read and a completions read apart: each way is warmed once.
-            for per_request in sorted({1, max(per_requests)}):
+            for per_request in sorted({p for p in per_requests if p == 1} | {max(per_requests)}):
                 warm = VLLMServerEngine(
                     url, SERVED, tokenizer, max_in_flight=max(levels), reads_per_request=per_request
                 )

@@ -39,8 +39,9 @@ def _start_worker(recipe: Callable[[], Engine]) -> None:
 
 def _decide_chunk(schema: Schema, states: Sequence[Any], seed: int) -> list[Decision]:
     assert _worker_engine is not None, "the worker was started without its engine"
-    batch = getattr(_worker_engine, "decide_batch", None)  # a canvas engine reads the whole chunk at once
-    return batch(schema, states, seed) if batch else list(_worker_engine.decide_many(schema, states, seed))
+    # The engine's own pipeline: a server engine sends the chunk's reads at once, up to its reads in flight,
+    # and decodes the first of them while the rest are still out.
+    return list(_worker_engine.decide_many(schema, states, seed))
 
 
 def engine_from_choice(choice: Any) -> Engine:
@@ -53,10 +54,11 @@ def engine_from_choice(choice: Any) -> Engine:
 class ProcessEngine(Engine):
     """`recipe`'s engine run in `processes` worker processes; Decisions come back in input order.
 
-    Items go to the workers in chunks (1, 2, 4 ... up to `chunk_items`, by default the engine's reads in
-    flight, so the first result comes back after one item's read), at most `chunks_in_flight` chunks at
-    once, so a long stream is never queued whole. A worker reads a chunk in one wave and is idle on the
-    network while it decodes it: more processes than cores keep more reads in flight. A failure in a
+    Items go to the workers in chunks (1, 2, 4 ... up to `chunk_items`, by default four times the engine's
+    reads in flight, so the first result comes back after one item's read), at most `chunks_in_flight`
+    chunks at once, so a long stream is never queued whole. A worker reads a chunk through its engine's own
+    pipeline (decoding the reads that are back while the rest are out), and is idle on the network only
+    at a chunk's end. A failure in a
     worker (a server down) raises here as the engine's own error would, and the run's retry path reads
     the items it held again, one by one, through the workers.
     """
@@ -82,9 +84,10 @@ class ProcessEngine(Engine):
             if not key.startswith("_") and isinstance(value, (str, int, float, bool)) and key not in vars(self):
                 setattr(self, key, value)
         self.processes = processes
-        # A chunk is one wave of a worker's reads (its engine's reads in flight); two chunks per worker keep
-        # the next wave waiting while the worker decodes the last one.
-        self.chunk_items = chunk_items or getattr(self.local, "max_in_flight", 16)
+        # A chunk is several waves of a worker's reads (four times its engine's reads in flight): within a
+        # chunk the engine decodes one wave while the next is out, so a worker is idle on the network only
+        # at a chunk's end; two chunks per worker keep the next one queued.
+        self.chunk_items = chunk_items or 4 * getattr(self.local, "max_in_flight", 16)
         self.chunks_in_flight = chunks_in_flight or 2 * processes
         # spawn: a forked child would inherit the parent's threads' locks (HTTP clients, torch) mid-use.
         self._pool = ProcessPoolExecutor(
@@ -126,4 +129,7 @@ class ProcessEngine(Engine):
             worker.terminate()
         for worker in workers:
             worker.join(timeout=10)
+            if worker.is_alive():  # still starting up (importing) when told to stop: SIGKILL cannot wait
+                worker.kill()
+                worker.join(timeout=10)
         self.local.close()

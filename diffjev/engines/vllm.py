@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 import httpx
 
@@ -72,6 +73,26 @@ def multimodal_messages(canvas: Canvas) -> list[dict[str, Any]]:
     return messages
 
 
+class ReadBudget:
+    """At most `size` reads out at once, whatever the requests that carry them."""
+
+    def __init__(self, size: int):
+        self._free = size
+        self._changed = threading.Condition()
+
+    @contextmanager
+    def taking(self, reads: int) -> Iterator[None]:
+        with self._changed:
+            self._changed.wait_for(lambda: self._free >= reads)
+            self._free -= reads
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._free += reads
+                self._changed.notify_all()
+
+
 class VLLMServerEngine(CanvasEngine):
     name = "vllm"
     pipeline_depth = 2
@@ -117,9 +138,10 @@ class VLLMServerEngine(CanvasEngine):
         self.reads_per_request = min(reads_per_request, max_in_flight, MAX_COMPLETION_PROMPTS)
         self._clients = HTTPClients(timeout, connect_timeout, api_key, servers=len(urls))
         self._pool = ThreadPoolExecutor(max_in_flight, thread_name_prefix="vllm-read")
-        self._batches = ThreadPoolExecutor(
-            max(1, max_in_flight // self.reads_per_request), thread_name_prefix="vllm-batch"
-        )
+        # Batched requests are bounded by the reads they carry, not by their count: a run's first chunks
+        # (1, 2, 4 ... items) make small requests, which must not hold back the reads behind them.
+        self._batches = ThreadPoolExecutor(max_in_flight, thread_name_prefix="vllm-batch")
+        self._reads_out = ReadBudget(max_in_flight)
         self.span_items_at_once = max_in_flight  # each item's span reads go out beside the others'
         self._context_lock = threading.Lock()
         self._context_asked = False
@@ -213,7 +235,8 @@ class VLLMServerEngine(CanvasEngine):
         }
 
     def _read_batch(self, canvases: Sequence[Canvas]) -> list[dict[str, SlotRead]]:
-        data = self._post("/v1/completions", self.completion_body(canvases))
+        with self._reads_out.taking(len(canvases)):
+            data = self._post("/v1/completions", self.completion_body(canvases))
         try:
             choices = sorted(data["choices"], key=lambda c: c["index"])
             if len(choices) != len(canvases):
