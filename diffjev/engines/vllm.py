@@ -74,23 +74,41 @@ def multimodal_messages(canvas: Canvas) -> list[dict[str, Any]]:
 
 
 class ReadBudget:
-    """At most `size` reads out at once, whatever the requests that carry them."""
+    """At most `size` reads out at once, whatever the requests that carry them, handed out in the order the
+    requests asked (the order their pool started them, which is the order they were queued): a run takes its
+    results in input order, so a later request overtaking an earlier one would only hold the earlier one's
+    items back. A request takes its turn when it starts, so the turn being served is always one that started
+    and no request waits on one still queued behind it."""
 
     def __init__(self, size: int):
         self._free = size
+        self._issued = 0  # tickets handed out, in queue order
+        self._serving = 0  # the ticket whose request goes out next
+        self._closed = False
         self._changed = threading.Condition()
 
     @contextmanager
     def taking(self, reads: int) -> Iterator[None]:
         with self._changed:
-            self._changed.wait_for(lambda: self._free >= reads)
+            ticket = self._issued
+            self._issued += 1
+            self._changed.wait_for(lambda: self._closed or (self._serving == ticket and self._free >= reads))
+            if self._closed:
+                raise EngineError("the engine was closed")
             self._free -= reads
+            self._serving += 1
+            self._changed.notify_all()
         try:
             yield
         finally:
             with self._changed:
                 self._free += reads
                 self._changed.notify_all()
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
 
 
 class VLLMServerEngine(CanvasEngine):
@@ -319,5 +337,6 @@ class VLLMServerEngine(CanvasEngine):
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._reads_out.close()  # before the pool: a request waiting its turn must not wait for ever
         self._batches.shutdown(wait=False, cancel_futures=True)
         self._clients.close()
