@@ -8,6 +8,7 @@ deciding live here once.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 import time
 from abc import ABC, abstractmethod
@@ -218,6 +219,14 @@ class CanvasEngine(Engine):
                     yield from pending.pop(0).result()
                 elif not chunk:
                     return
+
+    def decide_steady(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
+        """decide_many in full chunks from the first item: for a worker handed a chunk of a run whose caller
+        already sent the small first chunks (ProcessEngine), where starting again at one item would cost
+        round trips for nothing."""
+        self.check_schema(schema)
+        states = iter(states) if self.reads_images else self._text_only(states)
+        yield from self._decide_streaming(schema, states, itertools.repeat(self.batch_size), seed)
 
     def _decide_streaming(
         self, schema: Schema, states: Iterator[Any], sizes: Iterator[int], seed: int

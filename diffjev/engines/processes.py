@@ -39,9 +39,11 @@ def _start_worker(recipe: Callable[[], Engine]) -> None:
 
 def _decide_chunk(schema: Schema, states: Sequence[Any], seed: int) -> list[Decision]:
     assert _worker_engine is not None, "the worker was started without its engine"
-    # The engine's own pipeline: a server engine sends the chunk's reads at once, up to its reads in flight,
-    # and decodes the first of them while the rest are still out.
-    return list(_worker_engine.decide_many(schema, states, seed))
+    # The engine's own pipeline, in full chunks (this process's caller sent the small first ones): a server
+    # engine sends the chunk's reads at once, up to its reads in flight, and decodes the first of them while
+    # the rest are still out.
+    steady = getattr(_worker_engine, "decide_steady", None)
+    return list(steady(schema, states, seed) if steady else _worker_engine.decide_many(schema, states, seed))
 
 
 def engine_from_choice(choice: Any) -> Engine:
