@@ -58,7 +58,7 @@ class ProcessEngine(Engine):
 
     Items go to the workers in chunks (1, 2, 4 ... up to `chunk_items`, by default four times the engine's
     reads in flight, so the first result comes back after one item's read), at most `chunks_in_flight`
-    chunks at once, so a long stream is never queued whole. A worker reads a chunk through its engine's own
+    full chunks' items at once, so a long stream is never queued whole. A worker reads a chunk through its engine's own
     pipeline (decoding the reads that are back while the rest are out), and is idle on the network only
     at a chunk's end. A failure in a
     worker (a server down) raises here as the engine's own error would, and the run's retry path reads
@@ -107,19 +107,25 @@ class ProcessEngine(Engine):
         self.check_schema(schema)
         states = iter(states)
         sizes = growing_chunks(self.chunk_items)
-        pending: deque[Future] = deque()
+        # Bounded by items, not chunks: the small first chunks all go out at once, as full ones would.
+        limit = self.chunks_in_flight * self.chunk_items
+        pending: deque[tuple[Future, int]] = deque()
+        items = 0
         try:
             while True:
-                while len(pending) < self.chunks_in_flight:
+                while items < limit:
                     chunk = list(islice(states, next(sizes)))
                     if not chunk:
                         break
-                    pending.append(self._pool.submit(_decide_chunk, schema, chunk, seed))
+                    pending.append((self._pool.submit(_decide_chunk, schema, chunk, seed), len(chunk)))
+                    items += len(chunk)
                 if not pending:
                     return
-                yield from pending.popleft().result()
+                future, size = pending.popleft()
+                items -= size
+                yield from future.result()
         finally:
-            for future in pending:  # a stopped run: chunks not started are dropped, never stored
+            for future, _ in pending:  # a stopped run: chunks not started are dropped, never stored
                 future.cancel()
 
     def close(self) -> None:
