@@ -8,6 +8,7 @@ deciding live here once.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import re
 import time
@@ -15,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import islice
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from diffjev.canvas import Canvas, CanvasBuilder, Layout, draw_seed, fill_noise, render_state
@@ -37,6 +38,32 @@ def growing_chunks(limit: int) -> Iterator[int]:
     while True:
         yield min(size, max(1, limit))
         size *= 2
+
+
+def chunks_in_order(
+    submit: Callable[[list[Any]], Future], states: Iterator[Any], sizes: Iterator[int], limit: int
+) -> Iterator[Decision]:
+    """Each chunk's Decisions, in input order, from chunks of `sizes` handed to `submit` while fewer than
+    `limit` items are out (bounded by items, not chunks: small first chunks all go out at once). Chunks not
+    started when the caller stops are cancelled, never read."""
+    pending: deque[tuple[Future, int]] = deque()
+    items = 0
+    try:
+        while True:
+            while items < limit:
+                chunk = list(islice(states, next(sizes)))
+                if not chunk:
+                    break
+                pending.append((submit(chunk), len(chunk)))
+                items += len(chunk)
+            if not pending:
+                return
+            future, size = pending.popleft()
+            items -= size
+            yield from future.result()
+    finally:
+        for future, _ in pending:
+            future.cancel()
 
 
 class EngineError(RuntimeError):
@@ -234,23 +261,12 @@ class CanvasEngine(Engine):
         """A remote server's reads: chunks go out while fewer than pipeline_depth full batches of items are
         being read, so the small first chunks (1, 2, 4 ... items, for a quick first result) all go out at
         once instead of one round trip after another; results come back in input order."""
-        limit = self.pipeline_depth * self.batch_size
         chunks_at_once = self.pipeline_depth + max(1, self.batch_size).bit_length()
         with ThreadPoolExecutor(chunks_at_once, thread_name_prefix=f"{self.name}-read") as pool:
-            pending: deque[tuple[Future, int]] = deque()
-            items = 0
-            while True:
-                while items < limit:
-                    chunk = list(islice(states, next(sizes)))
-                    if not chunk:
-                        break
-                    pending.append((pool.submit(self._decide_chunk, schema, chunk, seed), len(chunk)))
-                    items += len(chunk)
-                if not pending:
-                    return
-                future, size = pending.popleft()
-                items -= size
-                yield from future.result()
+            submit = functools.partial(pool.submit, self._decide_chunk, schema)
+            yield from chunks_in_order(
+                lambda chunk: submit(chunk, seed), states, sizes, self.pipeline_depth * self.batch_size
+            )
 
     def decide_batch(self, schema: Schema, states: Sequence[Any], seed: int = DEFAULT_SEED) -> list[Decision]:
         """One batch read at once, every canvas in flight together (up to the engine's own limit): what a

@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
-from collections import deque
-from concurrent.futures import Future, ProcessPoolExecutor
-from itertools import islice
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from diffjev.decide import Decision
-from diffjev.engines.base import DEFAULT_SEED, Engine, growing_chunks
+from diffjev.engines.base import DEFAULT_SEED, Engine, chunks_in_order, growing_chunks
 from diffjev.schema import Schema
 
 _worker_engine: Engine | None = None  # the engine of this worker process, built once by its initializer
@@ -105,28 +103,14 @@ class ProcessEngine(Engine):
 
     def decide_many(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
         self.check_schema(schema)
-        states = iter(states)
-        sizes = growing_chunks(self.chunk_items)
-        # Bounded by items, not chunks: the small first chunks all go out at once, as full ones would.
-        limit = self.chunks_in_flight * self.chunk_items
-        pending: deque[tuple[Future, int]] = deque()
-        items = 0
-        try:
-            while True:
-                while items < limit:
-                    chunk = list(islice(states, next(sizes)))
-                    if not chunk:
-                        break
-                    pending.append((self._pool.submit(_decide_chunk, schema, chunk, seed), len(chunk)))
-                    items += len(chunk)
-                if not pending:
-                    return
-                future, size = pending.popleft()
-                items -= size
-                yield from future.result()
-        finally:
-            for future, _ in pending:  # a stopped run: chunks not started are dropped, never stored
-                future.cancel()
+        # Bounded by items, not chunks: the small first chunks all go out at once, as full ones would; a
+        # stopped run's chunks not started are dropped, never stored.
+        yield from chunks_in_order(
+            lambda chunk: self._pool.submit(_decide_chunk, schema, chunk, seed),
+            iter(states),
+            growing_chunks(self.chunk_items),
+            self.chunks_in_flight * self.chunk_items,
+        )
 
     def close(self) -> None:
         # A stopped run drops the reads still in flight (they are never stored), so the workers holding
