@@ -87,6 +87,12 @@ def _engine(args: argparse.Namespace):
         return _ray_engine(args, workers)
     chosen = choose_engine(_engine_choice(args))
     print(f"# engine: {chosen.description}", file=sys.stderr)
+    if getattr(args, "reads_per_request", 1) > 1 and chosen.engine.name != "vllm":
+        chosen.engine.close()
+        raise UserError(
+            f"--reads-per-request is for the vllm engine (a vLLM server's /v1/completions); the "
+            f"{chosen.engine.name} engine reads one item a request"
+        )
     if workers:
         if chosen.engine.name not in ("vllm", "jev-api"):
             chosen.engine.close()

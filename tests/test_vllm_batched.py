@@ -199,3 +199,9 @@ def test_the_cli_sends_reads_several_to_a_request(tmp_path, vllm_server, tiny_mo
     refused = subprocess.run([*command[:-1], "0"], capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "--reads-per-request must be 1" in refused.stderr
     assert "Traceback" not in refused.stderr
+    # another engine reads one item a request: the flag is refused, not ignored
+    jev = [*command[: command.index("--tokenizer")], "--reads-per-request", "4"]
+    jev[jev.index("vllm")] = "jev"
+    other = subprocess.run(jev, capture_output=True, text=True, timeout=300)
+    assert other.returncode == 2 and "--reads-per-request is for the vllm engine" in other.stderr, other.stderr
+    assert "Traceback" not in other.stderr
