@@ -84,6 +84,15 @@ def _engine(args: argparse.Namespace):
     if getattr(args, "reads_per_request", 1) < 1:
         raise UserError("--reads-per-request must be 1 (one chat completion a read) or more")
     if getattr(args, "ray", None):
+        if getattr(args, "reads_per_request", 1) > 1:
+            from diffjev.engines.auto import check_choice
+
+            choice = _engine_choice(args)
+            if choice.kind == "jev" or check_choice(choice) is None:
+                raise UserError(
+                    "--reads-per-request is for the vllm engine (a vLLM server's /v1/completions); the "
+                    f"{choice.kind} engine reads one item a request"
+                )
         return _ray_engine(args, workers)
     chosen = choose_engine(_engine_choice(args))
     print(f"# engine: {chosen.description}", file=sys.stderr)
@@ -93,6 +102,9 @@ def _engine(args: argparse.Namespace):
             f"--reads-per-request is for the vllm engine (a vLLM server's /v1/completions); the "
             f"{chosen.engine.name} engine reads one item a request"
         )
+    reads_per_request = getattr(chosen.engine, "reads_per_request", 1)
+    if reads_per_request > 1:
+        print(f"# {reads_per_request} reads a request (/v1/completions)", file=sys.stderr)
     if workers:
         if chosen.engine.name not in ("vllm", "jev-api"):
             chosen.engine.close()

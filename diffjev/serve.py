@@ -344,16 +344,16 @@ def create_app(
         if name is not None and name != served_model_name:
             raise RequestError(f"The model `{name}` does not exist.", "model", 404)
 
-    def check_context(prompt_tokens: int) -> None:
+    def check_context(prompt_tokens: int, what: str = "your messages", param: str = "messages") -> None:
         """Refuse, as vLLM does, a prompt past the model's context: attention's memory grows with its square,
         and one 10 MB message would ask this host for hundreds of gigabytes."""
         limit = builder.max_prompt_tokens
         if limit is not None and prompt_tokens > limit:
             raise RequestError(
                 f"This model's maximum context length is {limit + canvas_length} tokens, "
-                f"{canvas_length} of them the canvas. However, your messages have at least "
-                f"{prompt_tokens} tokens. Please reduce the length of the messages.",
-                "messages",
+                f"{canvas_length} of them the canvas. However, {what} {'have' if what.endswith('s') else 'has'} "
+                f"at least {prompt_tokens} tokens. Please reduce the length of the {param}.",
+                param,
             )
 
     def token_text(tid: int, as_ids: bool) -> str:
@@ -444,8 +444,11 @@ def create_app(
             raise RequestError("this server does not stream", "stream")
         if body.get("echo"):
             raise RequestError("this server does not echo the prompt", "echo")
-        if body.get("n", 1) != 1:
+        n = body.get("n", 1)
+        if n is not None and (not _is_int(n) or n != 1):
             raise RequestError("n: a read-only read has one choice per prompt", "n")
+        if body.get("prompt_logprobs") is not None:
+            raise RequestError("this server does not return prompt logprobs", "prompt_logprobs")
         prompts = prompt_batch(body.get("prompt"), vocab)
         sampling_refusal(body)
         lp = completion_logprob_args(body, max_logprobs, vocab)
@@ -454,8 +457,8 @@ def create_app(
         if max_tokens is not None and (not _is_int(max_tokens) or max_tokens <= 0):
             raise RequestError("max_tokens must be a positive int", "max_tokens")
         as_ids = bool(body.get("return_tokens_as_token_ids", False))
-        for prompt in prompts:
-            check_context(len(prompt))
+        for i, prompt in enumerate(prompts):
+            check_context(len(prompt), f"prompt {i}", "prompt")
         # read-only caps the output at the canvas width and ignores EOS: position i is canvas position i
         n_out = min(max_tokens or diff["width"], diff["width"])
         shared = orjson.dumps([diff, lp, n_out, as_ids], option=orjson.OPT_SORT_KEYS)

@@ -140,6 +140,8 @@ def test_the_server_answers_a_batch_in_vllms_completions_shape(vllm_server):
         ({"stream": True}, "stream"),
         ({"echo": True}, "echo"),
         ({"n": 2}, "n"),
+        ({"n": True}, "n"),
+        ({"prompt_logprobs": 5}, "prompt_logprobs"),
         ({"model": "another"}, "model"),
         ({"vllm_xargs": {"diffusion_seed_canvas": [7] * 16, "diffusion_canvas_length": 16}}, "vllm_xargs"),
     ],
@@ -205,3 +207,67 @@ def test_the_cli_sends_reads_several_to_a_request(tmp_path, vllm_server, tiny_mo
     other = subprocess.run(jev, capture_output=True, text=True, timeout=300)
     assert other.returncode == 2 and "--reads-per-request is for the vllm engine" in other.stderr, other.stderr
     assert "Traceback" not in other.stderr
+
+
+def test_choices_must_answer_each_prompt_once_by_its_index(tokenizer, schema):
+    # two choices for two prompts, both index 0: the second read would go to the wrong canvas
+    with CannedFault(200, b'{"choices": [{"index": 0, "logprobs": null}, {"index": 0, "logprobs": null}]}') as server:
+        batched = engine(server.url, tokenizer, max_in_flight=2, reads_per_request=2, timeout=5)
+        try:
+            canvases = [batched.builder.build(schema, state, 42) for state in STATES[:2]]
+            with pytest.raises(EngineError, match="indexes 0 to 1"):
+                batched.read(canvases)
+        finally:
+            batched.close()
+
+
+def test_reads_with_images_count_against_the_same_reads_in_flight(tokenizer, schema):
+    import dataclasses
+    import threading
+    import time
+
+    batched = engine("http://127.0.0.1:9", tokenizer, max_in_flight=4, reads_per_request=4)
+    text = [batched.builder.build(schema, f"text item {i}", 7) for i in range(8)]
+    pictured = [dataclasses.replace(c, images=("an image",)) for c in text]
+    lock, out = threading.Lock(), {"now": 0, "most": 0}
+
+    def post(path, body):  # the server, counting the reads it holds at once
+        reads = len(body["prompt"]) if path == "/v1/completions" else 1
+        with lock:
+            out["now"] += reads
+            out["most"] = max(out["most"], out["now"])
+        time.sleep(0.3)
+        with lock:
+            out["now"] -= reads
+        raise EngineError("no server")
+
+    batched._post = post
+    batched.request_body = lambda c: {"max_tokens": 1, "logprob_token_ids": [], "vllm_xargs": {}}
+    try:
+        with pytest.raises(EngineError):
+            batched.read(text + pictured)
+        time.sleep(1.5)  # the rest of the reads, still going out after the first failure
+    finally:
+        batched.close()
+    assert out["most"] == 4
+
+
+def test_a_prompt_past_the_context_is_named_by_its_place(vllm_server):
+    limit = 131072  # the tiny model's context
+    answer = completion(vllm_server, prompt=[[2] * 10, [2] * limit])
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "prompt"
+    assert "prompt 1 has at least" in answer.json()["error"]["message"]
+
+
+def test_ray_runs_refuse_reads_per_request_for_another_engine(tmp_path, tiny_model_folder):
+    import subprocess
+    import sys
+
+    from test_runs import project_db
+
+    project_db(tmp_path / "ray.db", 2)
+    command = [sys.executable, "-m", "diffjev.cli", "prelabel", "--db", str(tmp_path / "ray.db"), "--project", "p"]
+    command += ["--engine", "transformers", "--model", str(tiny_model_folder), "--reads-per-request", "4", "--ray"]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "--reads-per-request is for the vllm engine" in refused.stderr
+    assert "Traceback" not in refused.stderr

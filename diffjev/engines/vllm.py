@@ -81,6 +81,7 @@ class ReadBudget:
     and no request waits on one still queued behind it."""
 
     def __init__(self, size: int):
+        self._size = size
         self._free = size
         self._issued = 0  # tickets handed out, in queue order
         self._serving = 0  # the ticket whose request goes out next
@@ -89,6 +90,8 @@ class ReadBudget:
 
     @contextmanager
     def taking(self, reads: int) -> Iterator[None]:
+        if not 0 < reads <= self._size:  # never to be served: it would hold every request behind it
+            raise ValueError(f"a request of {reads} reads does not fit a budget of {self._size}")
         with self._changed:
             ticket = self._issued
             self._issued += 1
@@ -231,7 +234,7 @@ class VLLMServerEngine(CanvasEngine):
         step = self.reads_per_request
         batches = [ids[k : k + step] for ids in together.values() for k in range(0, len(ids), step)]
         asked = [(b, self._batches.submit(self._read_batch, [canvases[i] for i in b])) for b in batches]
-        asked += [([i], self._pool.submit(lambda c: [self._read_one(c)], canvases[i])) for i in alone]
+        asked += [([i], self._batches.submit(self._read_alone, canvases[i])) for i in alone]
         out: list[dict[str, SlotRead]] = [{}] * len(canvases)
         for where, future in asked:
             for i, got in zip(where, future.result()):
@@ -252,18 +255,25 @@ class VLLMServerEngine(CanvasEngine):
             "vllm_xargs": first["vllm_xargs"],
         }
 
+    def _read_alone(self, canvas: Canvas) -> list[dict[str, SlotRead]]:
+        """A read that cannot share a request (its images go by chat), within the same budget of reads."""
+        with self._reads_out.taking(1):
+            return [self._read_one(canvas)]
+
     def _read_batch(self, canvases: Sequence[Canvas]) -> list[dict[str, SlotRead]]:
         with self._reads_out.taking(len(canvases)):
             data = self._post("/v1/completions", self.completion_body(canvases))
         try:
             choices = sorted(data["choices"], key=lambda c: c["index"])
-            if len(choices) != len(canvases):
+            # each prompt's choice by its index, exactly once: a read handed to another canvas is never stored
+            if [c["index"] for c in choices] != list(range(len(canvases))):
                 raise ValueError("one choice per prompt")
             return [parse_completion_logprobs(choice, c) for choice, c in zip(choices, canvases)]
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
             raise EngineError(
-                f"the answer from {shown_url(self.url)}/v1/completions has no usable choices[i].logprobs, one per "
-                f"prompt, at the slots; the server must be a vLLM build with structured reads"
+                f"the answer from {self.servers} (/v1/completions) has no usable choices[i].logprobs, one per "
+                f"prompt (indexes 0 to {len(canvases) - 1}), at the slots; the server must be a vLLM build with "
+                "structured reads"
             ) from None
 
     def span_request_body(self, canvas: Any) -> dict[str, Any]:
