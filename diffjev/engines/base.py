@@ -269,9 +269,9 @@ class CanvasEngine(Engine):
             )
 
     def decide_batch(self, schema: Schema, states: Sequence[Any], seed: int = DEFAULT_SEED) -> list[Decision]:
-        """One batch read at once, every canvas in flight together (up to the engine's own limit): what a
-        worker process does with a batch handed to it, where decide_many's growing chunks would cost a
-        round trip each."""
+        """One batch read at once, every canvas in flight together (up to the engine's own limit): what a Ray
+        task does with the batch Ray Data hands it, where decide_many's growing chunks would cost a round
+        trip each."""
         self.check_schema(schema)
         states = list(states if self.reads_images else self._text_only(states))
         return self._decide_chunk(schema, states, seed) if states else []
