@@ -41,8 +41,14 @@ def test_an_in_process_model_on_ray_reads_what_it_reads_here_in_order(local_ray,
     engine = RayEngine(model_recipe, workers=2, chunk_items=4, window_items=8)
     got = list(read_many(schema, states, engine))
     assert len(got) == len(states)
+    # The same read in a Ray worker and here agreed to about 1e-7, not bit for bit (seen: 0.53947184 against
+    # 0.53947178), likely because Ray gives a worker's torch another thread count (OMP_NUM_THREADS), so its
+    # sums add in another order; not traced further.
     for a, b in zip(got, expected):
-        assert {q: x.probabilities for q, x in a.answers.items()} == {q: x.probabilities for q, x in b.answers.items()}
+        assert {q: x.answer for q, x in a.answers.items()} == {q: x.answer for q, x in b.answers.items()}
+        for qid, answer in b.answers.items():
+            for name, p in answer.probabilities.items():
+                assert a.answers[qid].probabilities[name] == pytest.approx(p, abs=1e-5)
         assert a.diagnostics["canvas_ids"] == b.diagnostics["canvas_ids"]
     assert (engine.name, engine.model_name) == (local.name, local.model_name)
 
@@ -55,7 +61,10 @@ def test_a_run_on_ray_stores_what_a_local_run_stores(tmp_path, local_ray, model_
     assert counts(db, report.run_id)[:2] == (30, 90)
     local_db = project_db(tmp_path / "local.db", 30)
     alone = prelabel(local_db, "p", TransformersEngine(str(tiny_model_folder), canvas_length=64), batch_items=8)
-    assert suggestion_rows(db, report.run_id) == suggestion_rows(local_db, alone.run_id)
+    # the same answers; confidences to 1e-5, as above (a Ray worker's torch adds on one thread)
+    on_ray, here = suggestion_rows(db, report.run_id), suggestion_rows(local_db, alone.run_id)
+    assert [row[:3] for row in on_ray] == [row[:3] for row in here]
+    assert [row[3] for row in on_ray] == pytest.approx([row[3] for row in here], abs=1e-5)
 
 
 def test_a_server_engine_on_ray_stores_what_a_local_run_stores(tmp_path, local_ray, vllm_server, tiny_model_folder):
