@@ -39,6 +39,7 @@ from pydantic import BaseModel, ValidationError
 from diffjev.api import DecisionRequest, StructuredDecisionRequest, decision_answer, error_response, validation_param
 from diffjev.canvas import DEFAULT_MAX_WIDTH, MAX_CHARS_PER_TOKEN, Canvas
 from diffjev.engines.transformers import TransformersEngine
+from diffjev.engines.vllm import MAX_COMPLETION_PROMPTS
 from diffjev.jev import UpstreamError, joint_canvases, question_canvas, read_upstream, upstream_answer
 from diffjev.schema import Schema, SchemaError
 
@@ -61,7 +62,6 @@ DIFFUSION_REFUSAL = (
     "are not yet supported with diffusion models."
 )
 DEFAULT_MAX_LOGPROBS = 20  # vLLM's --max-logprobs default (ModelConfig.max_logprobs)
-MAX_COMPLETION_PROMPTS = 1024  # vLLM's VLLM_MAX_COMPLETION_PROMPTS default: prompts in one completions request
 MAX_LOGPROB_TOKEN_IDS = 128  # vllm.sampling_params
 
 

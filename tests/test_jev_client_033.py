@@ -21,7 +21,6 @@ from diffjev.engines import JevAPIEngine
 from diffjev.engines.jev_api import decisions_question
 from diffjev.jev import question_canvas
 
-import diffjev.jev as jev_layouts
 
 SCHEMA = Schema.from_dict(
     {
@@ -354,10 +353,6 @@ def test_a_decisions_answer_that_is_wrong_is_named_without_quoting_it(change, sa
 
 # --- against serve-model: per question, joint, and /v1/decisions, each checked against an in-process read ---
 
-needs_joint_layout = pytest.mark.skipif(
-    not hasattr(jev_layouts, "joint_canvases"),
-    reason="diffjev.jev has no joint_canvases (upstream's 0.33 joint layout) to compute the expected read",
-)
 SERVED_WIDTH = 64  # conftest's vllm_server
 
 
@@ -370,7 +365,6 @@ def joint_expected(engine, schema, state):
     return read_upstream(engine, canvases), canvases
 
 
-@needs_joint_layout
 def test_serve_model_reads_jointly_as_upstreams_layout_read_in_process(vllm_server, dgemma_engine):
     engine = JevAPIEngine(vllm_server.url, model=SERVED_NAME)
     decisions = list(read_many(SCHEMA, STATES, engine))
@@ -413,7 +407,6 @@ def decisions_read_schema(schema):
     return Schema.from_dict({"questions": questions})
 
 
-@needs_joint_layout
 @pytest.mark.parametrize("joint", [False, True])
 def test_serve_model_decisions_match_an_in_process_read_of_the_same_canvases(vllm_server, dgemma_engine, joint):
     engine = JevAPIEngine(vllm_server.url, model=SERVED_NAME, api="decisions", joint=joint)
