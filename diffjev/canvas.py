@@ -275,10 +275,10 @@ class CanvasBuilder:
             return "none"
         probe = ({"role": "system", "content": "x"}, {"role": "user", "content": "x"})
         try:
-            if self._render(probe)[-len(head) :] == head:
+            if self.prompt_ids(probe)[-len(head) :] == head:
                 return "template"
             if wanted == "prompt":
-                continued = self._render((*probe, {"role": "assistant", "content": THOUGHT_BLOCK}))
+                continued = self.prompt_ids((*probe, {"role": "assistant", "content": THOUGHT_BLOCK}))
                 if continued[-len(head) :] == head:
                     return "message"
         except Exception:  # noqa: BLE001 - a template that cannot render the probe reads as djev lays it out
@@ -325,33 +325,43 @@ class CanvasBuilder:
         return turns
 
     def prompt_ids(self, messages: Sequence[dict[str, str]]) -> tuple[int, ...]:
-        return self._render(messages)
+        return self.prompt_ids_many([messages])[0]
 
-    def _render(self, messages: Sequence[dict[str, str]]) -> tuple[int, ...]:
+    def prompt_ids_many(self, conversations: Sequence[Sequence[dict[str, str]]]) -> list[tuple[int, ...]]:
+        """Each conversation's prompt ids. The texts are tokenised in one call: a fast tokenizer encodes a
+        batch on its own threads without holding the interpreter's lock, which a read's other steps need."""
         # Render then tokenize without special tokens: the rendered text already holds <bos>, and this
         # is how an OpenAI-compatible server turns chat messages into prompt ids. A final assistant
         # message is continued, as the client asks the server to (`continue_final_message`).
-        text = self.tokenizer.apply_chat_template(
-            list(messages), tokenize=False, **chat_flags(messages), **self.chat_template_kwargs
-        )
-        return tuple(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        texts = [
+            self.tokenizer.apply_chat_template(
+                list(messages), tokenize=False, **chat_flags(messages), **self.chat_template_kwargs
+            )
+            for messages in conversations
+        ]
+        if not texts:
+            return []
+        return [tuple(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
     def build(self, schema: Schema, state: Any, seed: int) -> Canvas:
+        return self.build_many(schema, [state], seed)[0]
+
+    def build_many(self, schema: Schema, states: Sequence[Any], seed: int) -> list[Canvas]:
+        """A canvas per state, all with the noise of `seed` (drawn once: it depends on the seed alone)."""
         layout = self.layout(schema)
-        images = (state.image,) if isinstance(state, ImageState) else ()
-        text, truncated = self.fit_state(schema, render_state(state.text if images else state))
-        messages = self.messages(schema, text)
-        return Canvas(
-            messages,
-            self.prompt_ids(messages),
-            fill_noise(layout, self.format, seed),
-            layout.slots,
-            layout.label_ids,
-            seed,
-            layout.reply_tokens,
-            truncated,
-            images,
-        )
+        noise = fill_noise(layout, self.format, seed)
+        prepared = []
+        for state in states:
+            images = (state.image,) if isinstance(state, ImageState) else ()
+            text, truncated = self.fit_state(schema, render_state(state.text if images else state))
+            prepared.append((self.messages(schema, text), truncated, images))
+        prompts = self.prompt_ids_many([messages for messages, _, _ in prepared])
+        return [
+            Canvas(
+                messages, prompt, noise, layout.slots, layout.label_ids, seed, layout.reply_tokens, truncated, images
+            )
+            for (messages, truncated, images), prompt in zip(prepared, prompts)
+        ]
 
     def fit_state(self, schema: Schema, text: str) -> tuple[str, dict[str, int] | None]:
         """The state's text cut to what the model's context holds beside the system prompt, and, when it

@@ -321,8 +321,10 @@ def create_app(
 
     For throughput benchmarks, where this server stands in for a GPU server:
 
-    - `service_latency_s` adds a fixed wait per request, outside the model lock: a GPU server's
-      service time;
+    - `service_latency_s` is a GPU server's service time: each request is answered that long after it
+      arrived (or as soon as it is ready, when reading it took longer), outside the model lock. This
+      server's own parsing and encoding fall within it, as a real server's do within its latency, so a
+      client with no cost of its own would reach in-flight / latency;
     - `memoize` answers a seeded read asked before from memory: what the model answered the first
       time, with none of this CPU's forward cost. The benchmark warms it with the same reads, so the
       timed pass measures the client against the configured latency, not this CPU's speed.
@@ -339,6 +341,12 @@ def create_app(
     def locked(fn, *args):
         with model_lock:
             return fn(*args)
+
+    async def answer(started: float, content: Any) -> Response:
+        """`content` encoded, sent `service_latency_s` after the request arrived at `started`."""
+        response = json_response(content)
+        await asyncio.sleep(service_latency_s - (time.perf_counter() - started))
+        return response
 
     def check_model(name: Any) -> None:
         if name is not None and name != served_model_name:
@@ -382,7 +390,8 @@ def create_app(
         return {"object": "list", "data": [card]}
 
     @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> JSONResponse:
+    async def chat_completions(request: Request) -> Response:
+        started = time.perf_counter()
         body = await _json_body(request)
         check_model(body.get("model"))
         messages = text_messages(body.get("messages"))
@@ -423,9 +432,9 @@ def create_app(
             choice_and_usage = _chat_choice(logprobs, lp, diff["constrained"], as_ids, len(prompt))
             if key is not None:
                 answered[key] = choice_and_usage
-        await asyncio.sleep(service_latency_s)
         choice, usage = choice_and_usage
-        return json_response(
+        return await answer(
+            started,
             {
                 "id": f"chatcmpl-{uuid.uuid4().hex}",
                 "object": "chat.completion",
@@ -433,11 +442,12 @@ def create_app(
                 "model": served_model_name,
                 "choices": [choice],
                 "usage": usage,
-            }
+            },
         )
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
+        started = time.perf_counter()
         body = await _json_body(request)
         check_model(body.get("model"))
         if body.get("stream"):
@@ -476,9 +486,9 @@ def create_app(
                     answered[key] = choice
             choices.append({**choice, "index": index})
             prompt_tokens += len(prompt)
-        await asyncio.sleep(service_latency_s)
         completion_tokens = n_out * len(prompts)
-        return json_response(
+        return await answer(
+            started,
             {
                 "id": f"cmpl-{uuid.uuid4().hex}",
                 "object": "text_completion",
@@ -490,7 +500,7 @@ def create_app(
                     "completion_tokens": completion_tokens,
                     "total_tokens": prompt_tokens + completion_tokens,
                 },
-            }
+            },
         )
 
     def _completion_choice(logprobs, lp: dict[str, Any], constrained: bool, as_ids: bool) -> dict[str, Any]:
@@ -580,7 +590,8 @@ def create_app(
         }
 
     @app.post("/v1/systemone")
-    async def systemone(request: Request) -> JSONResponse:
+    async def systemone(request: Request) -> Response:
+        started = time.perf_counter()
         body = await _json_body(request)
         req = _validated(StructuredDecisionRequest, body)
         check_model(req.model)
@@ -593,9 +604,9 @@ def create_app(
         except UpstreamError as exc:
             raise RequestError(str(exc), "questions") from None
         canvases, joint = decision_canvases(schema, req.state, req.instructions or "", req.joint)
-        await asyncio.sleep(service_latency_s)
         reads = await run_in_threadpool(locked, read_upstream, engine, canvases)
-        return JSONResponse(
+        return await answer(
+            started,
             {
                 "id": request_id,
                 "object": "structured_decision",
@@ -612,11 +623,12 @@ def create_app(
                 },
                 # As vLLM 0.33: null unless read jointly (one question reads on its own prompt, joint or not).
                 "joint": {"canvases": joint_diagnostics(canvases)} if joint else None,
-            }
+            },
         )
 
     @app.post("/v1/decisions")
-    async def decisions(request: Request) -> JSONResponse:
+    async def decisions(request: Request) -> Response:
+        started = time.perf_counter()
         body = await _json_body(request)
         req = _validated(DecisionRequest, body)
         check_model(req.model)
@@ -626,12 +638,12 @@ def create_app(
             raise RequestError(str(exc), "questions") from None
         # The Decisions API has no instructions field: the input alone is the state.
         canvases, _ = decision_canvases(schema, req.input_text(), "", req.joint)
-        await asyncio.sleep(service_latency_s)
         reads = await run_in_threadpool(locked, read_upstream, engine, canvases)
         answers = [decision_answer(asked, reads[q.id]) for q, asked in zip(schema.questions, req.questions)]
         input_tokens = sum(len(c.prompt_ids) for c in canvases)
         output_tokens = sum(c.reply_tokens for c in canvases)
-        return JSONResponse(
+        return await answer(
+            started,
             {
                 "model": served_model_name,
                 "answers": answers,
@@ -642,7 +654,7 @@ def create_app(
                     "output_tokens_details": {"reasoning_tokens": 0},
                     "total_tokens": input_tokens + output_tokens,
                 },
-            }
+            },
         )
 
     def decision_canvases(schema: Schema, state: Any, instructions: str, joint: bool) -> tuple[list[Canvas], bool]:

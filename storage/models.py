@@ -191,7 +191,8 @@ class ItemRead(Base):
     attempts: Mapped[int] = mapped_column(default=1)
     error: Mapped[str | None] = mapped_column(Text)
     latency_ms: Mapped[float | None]
-    diagnostics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # none_as_null: None is SQL NULL, as for any column, also where reads are inserted in bulk (Core).
+    diagnostics: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
 
 
@@ -260,7 +261,7 @@ class Suggestion(Base):
     # by the repository when reads are stored and when a run is deleted.
     is_current: Mapped[bool] = mapped_column(Boolean, default=True, server_default=text("true"))
     # What the answer name cannot hold: a span answer's offsets, or why a staged question was not read.
-    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), default=None)
 
 
 class Response(Base):

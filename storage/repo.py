@@ -599,10 +599,12 @@ def store_reads(
             row.update(run_id=run_id, item_id=item_id, question_id=qid, latency_ms=latency)
             row["is_open"] = (item_id, qid) not in answered
             suggestions.append(row)
-    session.execute(insert(ItemRead), reads)
+    # Core inserts, one executemany each: the ORM's bulk insert split a batch into a statement per row
+    # wherever rows left different columns None, which cost more than everything else in storing a read.
+    session.execute(insert(ItemRead.__table__), reads)
     if suggestions:
         _take_current(session, run_id, suggestions)
-        session.execute(insert(Suggestion), suggestions)
+        session.execute(insert(Suggestion.__table__), suggestions)
 
 
 def _label_suggestion(answer: Any) -> dict[str, Any]:

@@ -154,6 +154,24 @@ def test_suggestions_store_the_whole_read(db, dgemma_engine):
             assert 0 < s.label_mass <= 1 and s.entropy > 0 and s.draws == 1 and s.is_open
 
 
+def test_a_missing_read_or_detail_is_stored_as_sql_null(db, dgemma_engine):
+    """Reads are stored in bulk, statement by statement: a failed read's diagnostics and a label answer's
+    detail are SQL NULL, as a row added one by one stores them, never the JSON text 'null'."""
+    make_project(db)
+    import_items(db, "tickets", pd.DataFrame({"text": ["Everything is down.", "Billing is wrong."]}))
+    run = prelabel(db, "tickets", dgemma_engine)
+    with db.read() as session:
+        first, second = session.scalars(select(Item.id).order_by(Item.id)).all()
+        question_rows = repo.version_schema(repo.latest_version(session, repo.get_project(session, "tickets").id))[1]
+    db.write(lambda s: s.execute(text("DELETE FROM item_reads WHERE item_id = :i"), {"i": second}))
+    db.write(lambda s: repo.store_reads(s, run.run_id, question_rows, [(second, None, "EngineError: down", 3, None)]))
+    with db.read() as session:
+        raw = dict(session.execute(text("SELECT item_id, diagnostics IS NULL FROM item_reads")).tuples().all())
+        assert raw == {first: 0, second: 1}
+        assert session.scalar(text("SELECT count(*) FROM suggestions WHERE detail IS NULL")) == 6
+        assert session.scalar(select(func.count()).select_from(Suggestion).where(Suggestion.detail.is_(None))) == 6
+
+
 def test_a_changed_schema_is_a_new_version_and_old_answers_keep_theirs(db):
     make_project(db)
     import_items(db, "tickets", pd.DataFrame({"text": ["x"]}))

@@ -327,7 +327,7 @@ class CanvasEngine(Engine):
         layout = self.builder.layout(schema)
         repeatable = self.draws_vary
         first = schema.sampling.first_draws if repeatable else 1
-        base = [self.builder.build(schema, state, draw_seed(seed, 0)) for state in states]
+        base = self.builder.build_many(schema, states, draw_seed(seed, 0))
         draws: list[list[Canvas]] = [[c] + [self._redraw(c, layout, seed, k) for k in range(1, first)] for c in base]
         built = time.perf_counter()
         reads = self._read_grouped(draws)
@@ -378,7 +378,7 @@ class CanvasEngine(Engine):
         from the Decision's answers and listed in `diagnostics["skipped"]`."""
         started = time.perf_counter()
         layout = self.builder.layout(schema)
-        base = [self.builder.build(schema, state, draw_seed(seed, 0)) for state in states]
+        base = self.builder.build_many(schema, states, draw_seed(seed, 0))
         reads_log: list[list[dict[str, Any]]] = [[] for _ in states]
 
         def read_group(number: int, qids, items: list[int], earlier: list[dict[str, Answer]]):
