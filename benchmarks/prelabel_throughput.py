@@ -10,8 +10,9 @@ started as its own process with `--service-latency-ms` 50 and 100, at 1, 8, 32 a
 - The endpoint runs a tiny random DiffusionGemma on this same 2-core CPU, where one read's forward
   costs more than the latency being modelled. So it runs with `--memoize`: a warm pass first computes
   every read with the model (its rate is printed as the CPU ceiling), and the timed passes, which ask
-  for exactly the same seeded reads, get those answers back after the configured latency. The timed
-  passes measure the client against the latency, as a GPU server would serve it.
+  for exactly the same seeded reads, get those answers back the configured latency after each request
+  arrived (the endpoint's own parsing and encoding fall within it, as a real server's do within its
+  latency). The timed passes measure the client against the latency, as a GPU server would serve it.
 - The endpoint's CPU per read is read from /proc: client and endpoint share this machine's two cores,
   and "CPU cores busy" says how much of them a level used.
 - The client's own overhead per read is its CPU time, measured per read on the threads that do the
@@ -148,7 +149,7 @@ class ClientClock:
 
 
 def instrument(engine: VLLMServerEngine, clock: ClientClock) -> None:
-    engine.builder.build = clock.timed("build", engine.builder.build)
+    engine.builder.build_many = clock.timed("build", engine.builder.build_many, per_items=lambda a, r: max(1, len(r)))
     engine._read_one = clock.timed("http", engine._read_one)
     engine._read_batch = clock.timed("http", engine._read_batch, per_items=lambda a, r: max(1, len(r)))
 
