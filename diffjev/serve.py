@@ -34,7 +34,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from diffjev.api import DecisionRequest, StructuredDecisionRequest, decision_answer, error_response, validation_param
 from diffjev.canvas import DEFAULT_MAX_WIDTH, MAX_CHARS_PER_TOKEN, Canvas
@@ -255,6 +255,18 @@ def prompt_batch(prompt: Any, vocab: int) -> list[list[int]]:
     return prompt
 
 
+_LAX_BOOL = TypeAdapter(bool | None)
+
+
+def bool_field(body: dict[str, Any], name: str) -> bool:
+    """A flag read as vLLM's request model reads it, a pydantic bool ("false", "0" and 0 are false; absent or
+    null is false), or a 400 naming the field."""
+    try:
+        return bool(_LAX_BOOL.validate_python(body.get(name)))
+    except ValidationError:
+        raise RequestError(f"{name} must be a bool", name) from None
+
+
 def rendering_flags(body: dict[str, Any]) -> dict[str, bool]:
     """`add_generation_prompt` (default true) and `continue_final_message` (default false), as vLLM's chat
     request takes them: bools, never both true."""
@@ -407,7 +419,7 @@ def create_app(
         max_tokens = body.get("max_tokens")
         if max_tokens is not None and (not _is_int(max_tokens) or max_tokens <= 0):
             raise RequestError("max_tokens must be a positive int", "max_tokens")
-        as_ids = bool(body.get("return_tokens_as_token_ids", False))
+        as_ids = bool_field(body, "return_tokens_as_token_ids")
         # With `memoize`, the same seeded read asked again gets the model's answer from the first time.
         key = (
             orjson.dumps([messages, kwargs, diff, lp, max_tokens, as_ids], option=orjson.OPT_SORT_KEYS)
@@ -466,7 +478,7 @@ def create_app(
         max_tokens = body.get("max_tokens", 16)  # CompletionRequest's default
         if max_tokens is not None and (not _is_int(max_tokens) or max_tokens <= 0):
             raise RequestError("max_tokens must be a positive int", "max_tokens")
-        as_ids = bool(body.get("return_tokens_as_token_ids", False))
+        as_ids = bool_field(body, "return_tokens_as_token_ids")
         for i, prompt in enumerate(prompts):
             check_context(len(prompt), f"prompt {i}", "prompt")
         # read-only caps the output at the canvas width and ignores EOS: position i is canvas position i

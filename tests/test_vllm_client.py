@@ -202,6 +202,20 @@ def test_faulty_answers_give_clear_errors_naming_the_endpoint(tokenizer, schema,
         engine.close()
 
 
+@pytest.mark.parametrize("given, as_ids", [("false", False), ("0", False), ("true", True), (1, True), (None, False)])
+def test_server_reads_return_tokens_as_token_ids_as_vllm_does(vllm_server, given, as_ids):
+    """vLLM's request model reads the flag as a pydantic bool: the string "false" is false, not a truthy string."""
+    token = post(vllm_server, return_tokens_as_token_ids=given).json()["choices"][0]["logprobs"]["content"][0]["token"]
+    assert token.startswith("token_id:") == as_ids
+
+
+def test_server_refuses_a_return_tokens_as_token_ids_that_is_no_bool(vllm_server):
+    response = post(vllm_server, return_tokens_as_token_ids="maybe")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == "return_tokens_as_token_ids" and "must be a bool" in error["message"]
+
+
 IMAGE_PART = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
 
 
