@@ -182,7 +182,7 @@ def measure(db, url, tokenizer, clock, server_pid, latency, n, workers, per_requ
         clock.reset()
         if not workers:
             instrument(engine, clock)
-        pids = [os.getpid(), *(pool._pool._processes if pool else [])]
+        pids = [os.getpid(), *(pool.worker_pids if pool else [])]
         client_started = sum(process_cpu_s(pid) for pid in pids)
         server_started = process_cpu_s(server_pid)
         started = time.perf_counter()

@@ -7,6 +7,7 @@ import pytest
 
 from diffjev import read_many
 from diffjev.engines import VLLMServerEngine
+from diffjev.engines.base import EngineError
 from diffjev.engines.processes import ProcessEngine
 from diffjev.services.prelabel import prelabel
 from conftest import SERVED_NAME, STATES
@@ -67,6 +68,54 @@ def test_a_dead_server_behind_worker_processes_fails_the_run_item_by_item(tmp_pa
     assert report.failures and all("cannot reach the vLLM server" in error for _, _, error in report.failures)
 
 
+def test_a_worker_killed_mid_run_loses_no_read_and_is_started_again(
+    tmp_path, vllm_server, tiny_model_folder, tokenizer
+):
+    """A worker that dies holding reads (killed, out of memory): the run reads what it held again, through a
+    worker started in its place, and stores every item once, exactly as a local run does."""
+    import os
+    import signal
+
+    engine = ProcessEngine(
+        functools.partial(VLLMServerEngine, vllm_server.url, SERVED_NAME, str(tiny_model_folder), max_in_flight=4),
+        processes=2,
+        chunk_items=4,
+    )
+    killed = []
+
+    def kill_the_first_worker(progress):
+        if not killed:
+            killed.append(engine.worker_pids[0])
+            os.kill(killed[0], signal.SIGKILL)
+
+    db = project_db(tmp_path / "killed.db", 40)
+    try:
+        report = prelabel(db, "p", engine, batch_items=4, progress=kill_the_first_worker)
+        assert (report.status, report.read, report.failed) == ("completed", 40, 0)
+        assert counts(db, report.run_id)[:2] == (40, 120)
+        assert killed and engine.worker_pids[0] != killed[0]  # started again in its place
+    finally:
+        engine.close()
+    local_db = project_db(tmp_path / "local.db", 40)
+    local = VLLMServerEngine(vllm_server.url, SERVED_NAME, tokenizer)
+    alone = prelabel(local_db, "p", local, batch_items=4)
+    local.close()
+    assert suggestion_rows(db, report.run_id) == suggestion_rows(local_db, alone.run_id)
+
+
+def test_a_new_stream_of_reads_stops_the_one_left_unfinished(workers, schema):
+    """One stream of items reads at a time: a caller that starts another without finishing the first (its
+    generator left open) reads the new one whole, and the old one says why it stopped, never a wrong item."""
+    # longer than the workers take ahead (window_items each), so the first stream must wait on them again
+    first = workers.decide_many(schema, [f"Ticket {i}: first stream" for i in range(200)])
+    next(first)
+    second = [f"Ticket {i}: second stream" for i in range(6)]
+    got = list(workers.decide_many(schema, second))
+    assert len(got) == 6
+    with pytest.raises(EngineError, match="another stream"):
+        list(first)
+
+
 def test_the_cli_reads_in_worker_processes(tmp_path, vllm_server, tiny_model_folder):
     import subprocess
     import sys
@@ -87,6 +136,7 @@ def test_the_cli_reads_in_worker_processes(tmp_path, vllm_server, tiny_model_fol
 def test_closing_ends_the_workers_still_holding_reads(tiny_model_folder, dgemma_engine, schema):
     """A stopped run drops its reads in flight; the workers holding them end with close(), not after their
     chunks (which kept Ctrl-C from stopping at once)."""
+    import os
     import threading
     import time
 
@@ -97,23 +147,39 @@ def test_closing_ends_the_workers_still_holding_reads(tiny_model_folder, dgemma_
         engine = ProcessEngine(
             functools.partial(VLLMServerEngine, slow.url, SERVED_NAME, str(tiny_model_folder)), processes=2
         )
-        reading = threading.Thread(target=lambda: list(engine.decide_many(schema, ["a"] * 8)), daemon=True)
+
+        def read_until_closed():
+            with pytest.raises(EngineError, match="the engine was closed"):
+                list(engine.decide_many(schema, ["a"] * 8))
+
+        reading = threading.Thread(target=read_until_closed, daemon=True)
         reading.start()
-        while len(engine._pool._processes or {}) < 2:  # the workers start and take their chunks
+        workers = engine.worker_pids
+
+        def holds_a_connection(pid: int) -> bool:  # its HTTP client's socket: its reads are out
+            links = []
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    links.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+                except FileNotFoundError:  # closed since it was listed
+                    pass
+            return any(link.startswith("socket:") for link in links)
+
+        deadline = time.monotonic() + 120
+        while not all(holds_a_connection(pid) for pid in workers) and time.monotonic() < deadline:
             reading.join(0.1)
-        workers = list(engine._pool._processes.values())
+        assert all(holds_a_connection(pid) for pid in workers)
         started = time.monotonic()
         engine.close()
 
-        # Ended: gone from the process table or a zombie. Not Process.is_alive(): the pool's own thread reaps
-        # the same children, and a poll that finds the child already reaped reads "alive" for good.
+        # Ended: gone from the process table or a zombie, as the operating system sees it.
         def running(pid: int) -> bool:
             try:
                 return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
             except FileNotFoundError:
                 return False
 
-        assert not any(running(worker.pid) for worker in workers)
+        assert not any(running(pid) for pid in workers)
         assert time.monotonic() - started < 30  # not after the 60 s reads
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import re
 import time
 from abc import ABC, abstractmethod
@@ -141,6 +140,13 @@ class Engine(ABC):
         """Whether another noise draw of an item can read differently (so more draws can tell more)."""
         return False
 
+    @property
+    def look_ahead(self) -> int:
+        """The most items decide_many takes from its input before it gives back the first of them: a caller
+        feeding it items as results come back (a worker process) hands it at least this many, or waits for
+        results that wait for items."""
+        return 1
+
 
 def prompt_token_limit(model: Any, canvas_length: int) -> int | None:
     """The most prompt tokens an in-process model takes: its positions less the canvas (a masked or causal
@@ -247,13 +253,11 @@ class CanvasEngine(Engine):
                 elif not chunk:
                     return
 
-    def decide_steady(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
-        """decide_many in full chunks from the first item: for a worker handed a chunk of a run whose caller
-        already sent the small first chunks (ProcessEngine), where starting again at one item would cost
-        round trips for nothing."""
-        self.check_schema(schema)
-        states = iter(states) if self.reads_images else self._text_only(states)
-        yield from self._decide_streaming(schema, states, itertools.repeat(self.batch_size), seed)
+    @property
+    def look_ahead(self) -> int:
+        # pipeline_depth batches being read, and the next batch being taken (see _decide_streaming; the
+        # one-chunk path holds two)
+        return (max(1, self.pipeline_depth) + 1) * max(1, self.batch_size)
 
     def _decide_streaming(
         self, schema: Schema, states: Iterator[Any], sizes: Iterator[int], seed: int

@@ -248,13 +248,17 @@ class JevAPIEngine(Engine):
                 check_decisions_question(q)
 
     # --- reading --------------------------------------------------------------------------------------------
+    @property
+    def look_ahead(self) -> int:
+        return 2 * self.max_in_flight
+
     def decide_many(self, schema: Schema, states: Iterable[Any], seed: int = DEFAULT_SEED) -> Iterator[Decision]:
         self.check_schema(schema)
         # Bounded look-ahead keeps a long stream from queueing every request at once.
         pending = []
         for state in states:
             pending.append(self._pool.submit(self._decide_one, schema, state))
-            if len(pending) >= 2 * self.max_in_flight:
+            if len(pending) >= self.look_ahead:
                 yield pending.pop(0).result()
         for future in pending:
             yield future.result()
