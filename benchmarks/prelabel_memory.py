@@ -66,7 +66,7 @@ def main() -> None:
 
     def sample(progress) -> None:
         if not samples or progress.done - samples[-1][0] >= args.every or progress.done == progress.total:
-            workers = [rss_mb(pid) for pid in getattr(getattr(engine, "_pool", None), "_processes", {}) or {}]
+            workers = [rss_mb(pid) for pid in getattr(engine, "worker_pids", [])]
             samples.append((progress.done, time.perf_counter() - started, rss_mb(), workers))
 
     try:
