@@ -28,6 +28,7 @@ import signal
 import threading
 from collections import deque
 from itertools import islice
+from multiprocessing.connection import wait
 from typing import Any, Callable, Iterable, Iterator
 
 from diffjev.decide import Decision
@@ -37,7 +38,7 @@ from diffjev.schema import Schema
 POLL_S = 0.5  # how often a caller waiting on a worker checks that the worker is still alive
 
 
-class _Dropped(Exception):
+class _Dropped(BaseException):  # not an Exception: an engine catching its errors must not take this one
     """The caller dropped the stream being read: `message` is its "abort", or another stream's "start"."""
 
     def __init__(self, message: Any):
@@ -72,7 +73,7 @@ def _portable(exc: BaseException) -> BaseException:
         return EngineError(f"{type(exc).__name__}: {exc}")
 
 
-def _send_batches(index: int, sending: queue.SimpleQueue, outbox: Any) -> None:
+def _send_batches(sending: queue.SimpleQueue, results: Any) -> None:
     """Whatever the worker has produced, sent as one message: a chunk's Decisions come out together, and
     one message for them costs the caller less than one each."""
     while True:
@@ -82,10 +83,19 @@ def _send_batches(index: int, sending: queue.SimpleQueue, outbox: Any) -> None:
                 batch.append(sending.get_nowait())
             except queue.Empty:
                 break
-        outbox.put((index, batch))
+        try:
+            results.send(batch)  # pickled whole before anything is written
+        except Exception as exc:  # noqa: BLE001 - a result that cannot be pickled fails its stream, by name
+            streams = dict.fromkeys(number for number, _, _ in batch)
+            results.send(
+                [
+                    (number, "error", EngineError(f"a read's result could not leave the worker: {exc}"))
+                    for number in streams
+                ]
+            )
 
 
-def _work(index: int, recipe: Callable[[], Engine], inbox: Any, outbox: Any) -> None:
+def _work(recipe: Callable[[], Engine], inbox: Any, results: Any) -> None:
     """A worker process: builds its engine once, then reads each stream the caller starts."""
     # Ctrl-C reaches the whole process group: the run in the main process stops cleanly and closes the
     # workers; a worker dying of it first would turn the reads it held into recorded failures.
@@ -93,10 +103,10 @@ def _work(index: int, recipe: Callable[[], Engine], inbox: Any, outbox: Any) -> 
     try:
         engine = recipe()
     except BaseException as exc:  # noqa: BLE001 - the caller raises it, not a worker's traceback
-        outbox.put((index, [(None, "broken", _portable(exc))]))
+        results.send([(None, "broken", _portable(exc))])
         return
     sending: queue.SimpleQueue = queue.SimpleQueue()
-    threading.Thread(target=_send_batches, args=(index, sending, outbox), daemon=True).start()
+    threading.Thread(target=_send_batches, args=(sending, results), daemon=True).start()
     # Until the caller ends the process (close() terminates it); what is left of a dropped stream is skipped.
     message = inbox.get()
     while True:
@@ -151,7 +161,9 @@ class ProcessEngine(Engine):
         self.window_items = self.local.look_ahead + self.chunk_items
         # spawn: a forked child would inherit the parent's threads' locks (HTTP clients, torch) mid-use.
         self._context = multiprocessing.get_context("spawn")
-        self._results = self._context.Queue()
+        # A pipe back from each worker, not one shared queue: a worker killed while writing would leave a
+        # shared queue's lock held, or half a message in it, and every other worker's results behind it.
+        self._results: list[Any] = [None] * processes  # None once the worker's pipe has closed
         self._inboxes: list[Any] = [None] * processes
         self._workers: list[Any] = [None] * processes
         self._broken: dict[int, BaseException] = {}  # a worker whose engine could not be built: why
@@ -167,13 +179,15 @@ class ProcessEngine(Engine):
 
     def _start_worker(self, index: int) -> None:
         self._inboxes[index] = self._context.Queue()  # a dead worker's queue may hold half a message
+        self._results[index], sending_end = self._context.Pipe(duplex=False)
         self._workers[index] = self._context.Process(
             target=_work,
-            args=(index, self.recipe, self._inboxes[index], self._results),
+            args=(self.recipe, self._inboxes[index], sending_end),
             name=f"diffjev-reader-{index}",
             daemon=True,
         )
         self._workers[index].start()
+        sending_end.close()  # the worker holds the only sending end: its death closes the pipe
 
     def check_schema(self, schema: Schema) -> None:
         self.local.check_schema(schema)
@@ -191,7 +205,9 @@ class ProcessEngine(Engine):
         if self._closed:
             raise EngineError("the engine was closed")
         for index, worker in enumerate(self._workers):
-            if not worker.is_alive():
+            if not worker.is_alive() or self._results[index] is None:
+                if worker.is_alive():
+                    worker.kill()
                 self._start_worker(index)
         stream = self._stream = next(self._streams)
         for inbox in self._inboxes:
@@ -237,33 +253,38 @@ class ProcessEngine(Engine):
                     inbox.put(("abort", stream, None))
 
     def _receive(self, stream: int, back: list[deque], waiting_on: int) -> None:
-        """One message from the workers into `back`, each entry to the worker that sent it; raises if the
-        worker being waited on has died, or another stream has taken the workers."""
+        """What the workers have sent, into `back`, each entry to the worker that sent it; raises if the
+        worker being waited on has ended, or another stream has taken the workers."""
         while True:
             if self._closed:
                 raise EngineError("the engine was closed")
             if self._stream != stream:
                 raise EngineError("the worker processes were given another stream of items to read")
-            try:
-                index, batch = self._results.get(timeout=POLL_S)
-            except queue.Empty:
-                if self._closed:
-                    raise EngineError("the engine was closed") from None
+            if self._results[waiting_on] is None:  # its pipe closed: the worker ended
+                if waiting_on in self._broken:
+                    raise self._broken.pop(waiting_on)
                 worker = self._workers[waiting_on]
-                if not worker.is_alive():
-                    if waiting_on in self._broken:
-                        raise self._broken.pop(waiting_on)
-                    raise EngineError(
-                        f"worker process {worker.pid} ended (exit code {worker.exitcode}) holding reads; "
-                        "they are read again, and the worker is started again for the next reads"
-                    ) from None
-                continue
-            for number, kind, value in batch:
-                if kind == "broken":
-                    self._broken[index] = value
-                elif number == stream:
-                    back[index].append((kind, value))
-            return
+                worker.join(timeout=1)
+                raise EngineError(
+                    f"worker process {worker.pid} ended (exit code {worker.exitcode}) holding reads; "
+                    "they are read again, and the worker is started again for the next reads"
+                )
+            ready = wait([pipe for pipe in self._results if pipe is not None], timeout=POLL_S)
+            for pipe in ready:
+                index = self._results.index(pipe)
+                try:
+                    batch = pipe.recv()
+                except (EOFError, OSError):  # the worker ended (a partial message too ends here)
+                    self._results[index] = None
+                    pipe.close()
+                    continue
+                for number, kind, value in batch:
+                    if kind == "broken":
+                        self._broken[index] = value
+                    elif number == stream:
+                        back[index].append((kind, value))
+            if back[waiting_on]:
+                return
 
     def close(self) -> None:
         # A stopped run drops the reads still in flight (they are never stored), so the workers holding
@@ -278,7 +299,10 @@ class ProcessEngine(Engine):
             if worker.is_alive():  # still starting up (importing) when told to stop: SIGKILL cannot wait
                 worker.kill()
                 worker.join(timeout=10)
-        for channel in [*self._inboxes, self._results]:
-            channel.cancel_join_thread()  # what is still buffered for a dead worker is dropped, not waited on
-            channel.close()
+        for inbox in self._inboxes:
+            inbox.cancel_join_thread()  # what is still buffered for a dead worker is dropped, not waited on
+            inbox.close()
+        for pipe in self._results:
+            if pipe is not None:
+                pipe.close()
         self.local.close()
