@@ -26,6 +26,15 @@ def workers(vllm_server, tiny_model_folder):
     engine.close()
 
 
+def local_run_rows(tmp_path, n_items, vllm_server, tokenizer):
+    """The suggestions a run of the engine in this process stores for the same project."""
+    local_db = project_db(tmp_path / "local.db", n_items)
+    local = VLLMServerEngine(vllm_server.url, SERVED_NAME, tokenizer)
+    alone = prelabel(local_db, "p", local, batch_items=8)
+    local.close()
+    return suggestion_rows(local_db, alone.run_id)
+
+
 def test_worker_processes_read_what_one_process_reads_in_order(workers, vllm_server, tiny_model_folder, schema):
     states = [*STATES, *(f"Ticket {i}: the invoice export is late" for i in range(17))]
     local = VLLMServerEngine(vllm_server.url, SERVED_NAME, str(tiny_model_folder))
@@ -45,11 +54,7 @@ def test_a_run_through_worker_processes_stores_what_a_local_run_stores(tmp_path,
     report = prelabel(db, "p", workers, batch_items=8)
     assert (report.status, report.read, report.failed) == ("completed", 30, 0)
     assert counts(db, report.run_id)[:2] == (30, 90)
-    local_db = project_db(tmp_path / "local.db", 30)
-    local = VLLMServerEngine(vllm_server.url, SERVED_NAME, tokenizer)
-    alone = prelabel(local_db, "p", local, batch_items=8)
-    local.close()
-    assert suggestion_rows(db, report.run_id) == suggestion_rows(local_db, alone.run_id)
+    assert suggestion_rows(db, report.run_id) == local_run_rows(tmp_path, 30, vllm_server, tokenizer)
 
 
 def test_a_dead_server_behind_worker_processes_fails_the_run_item_by_item(tmp_path, tiny_model_folder):
@@ -96,11 +101,7 @@ def test_a_worker_killed_mid_run_loses_no_read_and_is_started_again(
         assert killed and engine.worker_pids[0] != killed[0]  # started again in its place
     finally:
         engine.close()
-    local_db = project_db(tmp_path / "local.db", 40)
-    local = VLLMServerEngine(vllm_server.url, SERVED_NAME, tokenizer)
-    alone = prelabel(local_db, "p", local, batch_items=4)
-    local.close()
-    assert suggestion_rows(db, report.run_id) == suggestion_rows(local_db, alone.run_id)
+    assert suggestion_rows(db, report.run_id) == local_run_rows(tmp_path, 40, vllm_server, tokenizer)
 
 
 def test_a_new_stream_of_reads_stops_the_one_left_unfinished(workers, schema):
