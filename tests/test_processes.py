@@ -7,7 +7,8 @@ import pytest
 
 from diffjev import read_many
 from diffjev.engines import VLLMServerEngine
-from diffjev.engines.base import EngineError
+from diffjev.decide import Decision
+from diffjev.engines.base import Engine, EngineError
 from diffjev.engines.processes import ProcessEngine
 from diffjev.services.prelabel import prelabel
 from conftest import SERVED_NAME, STATES
@@ -198,3 +199,24 @@ def test_the_printed_resume_command_resumes_with_the_same_engine(tmp_path):
     assert again.resume == "7" and again.project == "p q" and again.db == args.db
     assert (again.engine, again.model, again.workers) == ("vllm", "m", 2)
     assert again.url == "http://gpu-1:8000,http://gpu-2:8000"
+
+
+class ResultsThatCannotBePickled(Engine):
+    """An engine whose Decisions hold a function in their diagnostics: nothing a worker can send back."""
+
+    name, model_name = "unpicklable", "none"
+
+    def decide_many(self, schema, states, seed=0):
+        for state in states:
+            yield Decision({}, schema, {"callback": lambda: state})
+
+
+def test_a_result_that_cannot_leave_its_worker_fails_by_name(schema):
+    """A worker whose result will not pickle fails the read with an error that says so; the caller never
+    waits for a message that was lost."""
+    engine = ProcessEngine(ResultsThatCannotBePickled, processes=1)
+    try:
+        with pytest.raises(EngineError, match="could not leave the worker"):
+            list(engine.decide_many(schema, ["a", "b"]))
+    finally:
+        engine.close()
