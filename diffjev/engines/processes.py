@@ -35,7 +35,7 @@ from diffjev.decide import Decision
 from diffjev.engines.base import DEFAULT_SEED, Engine, EngineError, growing_chunks
 from diffjev.schema import Schema
 
-POLL_S = 0.5  # how often a caller waiting on a worker checks that the worker is still alive
+POLL_S = 0.5  # how often a caller waiting on the workers checks that the engine is still open and its stream current
 
 
 class _Dropped(BaseException):  # not an Exception: an engine catching its errors must not take this one
@@ -189,6 +189,20 @@ class ProcessEngine(Engine):
         self._workers[index].start()
         sending_end.close()  # the worker holds the only sending end: its death closes the pipe
 
+    def _end_worker(self, index: int) -> None:
+        """End worker `index` (if it still runs) and release its queue and pipe: it is started again, or closed."""
+        worker = self._workers[index]
+        worker.terminate()
+        worker.join(timeout=10)
+        if worker.is_alive():  # still starting up (importing) when told to stop: SIGKILL cannot wait
+            worker.kill()
+            worker.join(timeout=10)
+        self._inboxes[index].cancel_join_thread()  # what is still buffered for it is dropped, not waited on
+        self._inboxes[index].close()
+        if self._results[index] is not None:
+            self._results[index].close()
+            self._results[index] = None
+
     def check_schema(self, schema: Schema) -> None:
         self.local.check_schema(schema)
 
@@ -206,8 +220,7 @@ class ProcessEngine(Engine):
             raise EngineError("the engine was closed")
         for index, worker in enumerate(self._workers):
             if not worker.is_alive() or self._results[index] is None:
-                if worker.is_alive():
-                    worker.kill()
+                self._end_worker(index)
                 self._start_worker(index)
         stream = self._stream = next(self._streams)
         for inbox in self._inboxes:
@@ -292,17 +305,8 @@ class ProcessEngine(Engine):
         if self._closed:
             return
         self._closed = True
-        for worker in self._workers:
+        for worker in self._workers:  # all told at once: the joins below then wait for the slowest only
             worker.terminate()
-        for worker in self._workers:
-            worker.join(timeout=10)
-            if worker.is_alive():  # still starting up (importing) when told to stop: SIGKILL cannot wait
-                worker.kill()
-                worker.join(timeout=10)
-        for inbox in self._inboxes:
-            inbox.cancel_join_thread()  # what is still buffered for a dead worker is dropped, not waited on
-            inbox.close()
-        for pipe in self._results:
-            if pipe is not None:
-                pipe.close()
+        for index in range(self.processes):
+            self._end_worker(index)
         self.local.close()
