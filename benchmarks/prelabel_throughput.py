@@ -32,9 +32,12 @@ started as its own process with `--service-latency-ms` 50 and 100, at 1, 8, 32 a
   client breakdown is measured in-process only (workers' steps run in other interpreters); their CPU
   per read is read from /proc for the main process and every worker together. A latency of 0 gives the
   highest rate the client and endpoint reach together on this machine.
+- `--endpoint-ceiling` adds a "bare client" row per level: threads that post one prepared request over and
+  over and decode its answer, building, deciding and storing nothing. It is the most this endpoint gives on
+  this machine at that level, so a run's gap to it is the client's and the rest is the endpoint's.
 
 Run: python benchmarks/prelabel_throughput.py [--latencies 50,100] [--in-flight 1,8,32,64] [--rounds 30]
-     [--workers 0,2] [--reads-per-request 1,8] [--distinct-texts N]
+     [--workers 0,2] [--reads-per-request 1,8] [--distinct-texts N] [--endpoint-ceiling]
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ import time
 from pathlib import Path
 
 import httpx
+import orjson
 import pandas as pd
 
 from diffjev.demo import TICKETS_SCHEMA
@@ -226,6 +230,45 @@ def measure(db, url, tokenizer, clock, server_pid, latency, n, workers, per_requ
     )
 
 
+def endpoint_ceiling(url, tokenizer, server_pid, latency, n, per_request, texts, seconds=8.0):
+    """The most this endpoint gives at `n` reads in flight: threads that only post one prepared request
+    and decode its answer, with nothing built, decided or stored. No client reaches a larger share of the
+    ideal against this endpoint on this machine, so the gap between this row and a run's is the client's."""
+    engine = VLLMServerEngine(url, SERVED, tokenizer, max_in_flight=n, reads_per_request=per_request)
+    schema = Schema.from_dict({**TICKETS_SCHEMA, "samples": 1})
+    canvases = engine.builder.build_many(schema, texts[:per_request], seed=0)
+    if per_request == 1:
+        path, body = "/v1/chat/completions", orjson.dumps(engine.request_body(canvases[0]))
+    else:
+        path, body = "/v1/completions", orjson.dumps(engine.completion_body(canvases))
+    engine.close()
+    headers = {"Content-Type": "application/json"}
+    httpx.post(url + path, content=body, headers=headers, timeout=600).raise_for_status()  # the model reads it once
+    reads, lock = [0], threading.Lock()
+    stop = time.perf_counter() + seconds
+
+    def post_until_stopped() -> None:
+        with httpx.Client(timeout=60) as client:
+            while time.perf_counter() < stop:
+                orjson.loads(client.post(url + path, content=body, headers=headers).raise_for_status().content)
+                with lock:
+                    reads[0] += per_request
+
+    threads = [threading.Thread(target=post_until_stopped) for _ in range(max(1, n // per_request))]
+    client_started, server_started = process_cpu_s(os.getpid()), process_cpu_s(server_pid)
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    rate = reads[0] / (time.perf_counter() - started)
+    client_cpu = (process_cpu_s(os.getpid()) - client_started) / reads[0] * 1000
+    server_cpu = (process_cpu_s(server_pid) - server_started) / reads[0] * 1000
+    ideal = n / (latency / 1000) if latency else float("nan")
+    nan = float("nan")
+    return (latency, n, "bare client", per_request, reads[0], rate, rate, ideal, nan, nan, client_cpu, server_cpu, None)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--latencies", default="50,100", help="service latency per read, ms")
@@ -239,6 +282,11 @@ def main() -> None:
         type=int,
         default=0,
         help="texts the items cycle through (0: every item its own); fewer make the warm pass shorter",
+    )
+    ap.add_argument(
+        "--endpoint-ceiling",
+        action="store_true",
+        help="also measure a bare client at each level (one prepared request posted over and over)",
     )
     args = ap.parse_args()
     worker_counts = [int(x) for x in args.workers.split(",")]
@@ -287,6 +335,10 @@ def main() -> None:
                         rows.append(
                             measure(db, url, tokenizer, clock, proc.pid, latency, n, workers, per_request, args)
                         )
+                if args.endpoint_ceiling:
+                    for per_request in per_requests:
+                        size = min(per_request, n)
+                        rows.append(endpoint_ceiling(url, tokenizer, proc.pid, latency, n, size, texts))
         finally:
             proc.terminate()
             proc.wait(timeout=30)
