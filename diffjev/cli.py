@@ -433,7 +433,7 @@ def _serve_transformers(args: argparse.Namespace) -> None:
 
     from diffjev.engines.transformers import TransformersEngine
     from diffjev.models import offline_gemma_tokenizer
-    from diffjev.serve import create_app
+    from diffjev.serve import DEFAULT_MAX_STEPS, create_app
 
     if args.tiny:
         from diffjev.tiny import TINY_SERVED_NAME, tiny_diffusion_gemma
@@ -452,6 +452,7 @@ def _serve_transformers(args: argparse.Namespace) -> None:
         service_latency_s=args.service_latency_ms / 1000,
         memoize=args.memoize,
         api_key=args.api_key,
+        max_steps=args.max_steps or DEFAULT_MAX_STEPS,
     )
     guard = "every request needs the API key" if args.api_key else "no API key: it answers anyone who reaches it"
     print(f"# serving {name} on http://{args.host}:{args.port} (vLLM wire format; {guard})", file=sys.stderr)
@@ -707,6 +708,12 @@ def parser() -> argparse.ArgumentParser:
         "--memoize",
         action="store_true",
         help="transformers backend: answer a seeded read asked before from memory (benchmarks)",
+    )
+    p.add_argument(
+        "--max-steps",
+        type=_positive_int,
+        help="transformers backend: the most denoise steps one read may ask for (default 64); reads share one "
+        "model, so a longer read holds every other",
     )
     p.add_argument(
         "--api-key",

@@ -63,6 +63,7 @@ DIFFUSION_REFUSAL = (
 )
 DEFAULT_MAX_LOGPROBS = 20  # vLLM's --max-logprobs default (ModelConfig.max_logprobs)
 MAX_LOGPROB_TOKEN_IDS = 128  # vllm.sampling_params
+DEFAULT_MAX_STEPS = 64  # diffjev's reads take 1 to 8 steps (a span read 4); past 64 a read is no read of ours
 
 
 class RequestError(Exception):
@@ -100,8 +101,10 @@ def _flag(xargs: dict[str, Any], key: str) -> bool:
     raise RequestError(f"extra_args {key} must be a bool or 0/1", "vllm_xargs")
 
 
-def diffusion_args(body: dict[str, Any], served_width: int, vocab: int) -> dict[str, Any]:
-    """Validate the diffusion fields of `vllm_xargs` the way vLLM's `vllm/utils/diffusion.py` does."""
+def diffusion_args(body: dict[str, Any], served_width: int, vocab: int, max_steps: int) -> dict[str, Any]:
+    """Validate the diffusion fields of `vllm_xargs` the way vLLM's `vllm/utils/diffusion.py` does, and cap
+    the steps of one read at `max_steps`: vLLM takes any positive count, but here one model lock serves
+    every request, so a read of a million steps would hold all the others for hours."""
     xargs = body.get("vllm_xargs") or {}
     if not isinstance(xargs, dict):
         raise RequestError("vllm_xargs must be an object", "vllm_xargs")
@@ -127,6 +130,12 @@ def diffusion_args(body: dict[str, Any], served_width: int, vocab: int) -> dict[
     steps = xargs.get("diffusion_max_steps", 1)
     if not _is_int(steps) or steps <= 0:
         raise RequestError("extra_args diffusion_max_steps must be a positive int", "vllm_xargs")
+    if steps > max_steps:
+        raise RequestError(
+            f"extra_args diffusion_max_steps is {steps}; this server reads at most {max_steps} steps "
+            "(serve-model --max-steps)",
+            "vllm_xargs",
+        )
     read_only = _flag(xargs, "diffusion_read_only")
     if _flag(xargs, "diffusion_constrained") and not body.get("logprob_token_ids"):
         raise RequestError("extra_args diffusion_constrained needs logprob_token_ids", "vllm_xargs")
@@ -327,6 +336,7 @@ def create_app(
     service_latency_s: float = 0.0,
     memoize: bool = False,
     api_key: str | None = None,
+    max_steps: int = DEFAULT_MAX_STEPS,
 ) -> FastAPI:
     """With `api_key`, every request must carry it as `Authorization: Bearer <api_key>` (vLLM's
     `--api-key`); without one, the server answers anyone who reaches it.
@@ -411,7 +421,7 @@ def create_app(
             raise RequestError("this server does not stream", "stream")
         sampling_refusal(body)
         lp = logprob_args(body, max_logprobs, vocab)
-        diff = diffusion_args(body, canvas_length, vocab)
+        diff = diffusion_args(body, canvas_length, vocab, max_steps)
         kwargs = body.get("chat_template_kwargs") or {}
         if not isinstance(kwargs, dict):
             raise RequestError("chat_template_kwargs must be an object", "chat_template_kwargs")
@@ -466,6 +476,8 @@ def create_app(
             raise RequestError("this server does not stream", "stream")
         if body.get("echo"):
             raise RequestError("this server does not echo the prompt", "echo")
+        if body.get("suffix") is not None:  # vLLM renders a suffix only for FIM models, from text prompts
+            raise RequestError("suffix requires text prompt input for FIM completion rendering", "suffix")
         n = body.get("n", 1)
         if n is not None and (not _is_int(n) or n != 1):
             raise RequestError("n: a read-only read has one choice per prompt", "n")
@@ -474,7 +486,7 @@ def create_app(
         prompts = prompt_batch(body.get("prompt"), vocab)
         sampling_refusal(body)
         lp = completion_logprob_args(body, max_logprobs, vocab)
-        diff = diffusion_args(body, canvas_length, vocab)
+        diff = diffusion_args(body, canvas_length, vocab, max_steps)
         max_tokens = body.get("max_tokens", 16)  # CompletionRequest's default
         if max_tokens is not None and (not _is_int(max_tokens) or max_tokens <= 0):
             raise RequestError("max_tokens must be a positive int", "max_tokens")

@@ -142,6 +142,7 @@ def test_the_server_answers_a_batch_in_vllms_completions_shape(vllm_server):
         ({"n": 2}, "n"),
         ({"n": True}, "n"),
         ({"prompt_logprobs": 5}, "prompt_logprobs"),
+        ({"suffix": "}"}, "suffix"),  # vLLM: FIM rendering only, from text prompts; DiffusionGemma has none
         ({"model": "another"}, "model"),
         ({"vllm_xargs": {"diffusion_seed_canvas": [7] * 16, "diffusion_canvas_length": 16}}, "vllm_xargs"),
     ],

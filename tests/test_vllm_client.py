@@ -9,7 +9,7 @@ import pytest
 
 from diffjev import EngineError, Schema, read, read_many
 from diffjev.engines import VLLMServerEngine
-from conftest import SERVED_NAME, STATES, TICKETS
+from conftest import SERVED_NAME, STATES, TICKETS, LocalServer
 from faulty_servers import CannedFault, Silent, closed_port_url
 
 
@@ -85,6 +85,8 @@ def post(server, **changes):
         ({"x_diffusion_pinned": [99]}, 400, "diffusion_pinned"),
         ({"x_diffusion_canvas_length": 128}, 400, "diffusion_canvas_length"),
         ({"x_diffusion_max_steps": 0}, 400, "diffusion_max_steps"),
+        # vLLM takes any positive count; one model lock here means one huge read would hold every other
+        ({"x_diffusion_max_steps": 10**6}, 400, "at most 64 steps (serve-model --max-steps)"),
         ({"x_diffusion_read_only": "yes"}, 400, "diffusion_read_only"),
         ({"x_diffusion_constrained": True}, 400, "logprob_token_ids"),
         ({"temperature": 0.5}, 400, "temperature"),
@@ -112,6 +114,15 @@ def test_server_validates_requests_as_vllm_does(vllm_server, changes, status, sa
     assert response.status_code == status
     error = response.json()["error"]
     assert error["code"] == status and says in error["message"]
+
+
+def test_the_step_cap_is_the_servers_to_set(dgemma_engine):
+    from diffjev.serve import create_app
+
+    with LocalServer(create_app(dgemma_engine, SERVED_NAME, canvas_length=64, max_steps=2)) as server:
+        assert post(server, x_diffusion_max_steps=2).status_code == 200
+        refused = post(server, x_diffusion_max_steps=3)
+        assert refused.status_code == 400 and "at most 2 steps" in refused.json()["error"]["message"]
 
 
 @pytest.mark.parametrize(
