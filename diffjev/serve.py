@@ -104,7 +104,7 @@ def _flag(xargs: dict[str, Any], key: str) -> bool:
 def diffusion_args(body: dict[str, Any], served_width: int, vocab: int, max_steps: int) -> dict[str, Any]:
     """Validate the diffusion fields of `vllm_xargs` the way vLLM's `vllm/utils/diffusion.py` does, and cap
     the steps of one read at `max_steps`: vLLM takes any positive count, but here one model lock serves
-    every request, so a read of a million steps would hold all the others for hours."""
+    every request, so a read of a million steps would hold all the others until its last forward."""
     xargs = body.get("vllm_xargs") or {}
     if not isinstance(xargs, dict):
         raise RequestError("vllm_xargs must be an object", "vllm_xargs")
