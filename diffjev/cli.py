@@ -94,6 +94,13 @@ def _engine(args: argparse.Namespace):
                     f"{choice.kind} engine reads one item a request"
                 )
         return _ray_engine(args, workers)
+    # Each worker is an interpreter with the tokenizer and torch loaded (about 0.7 GB): past twice the cores
+    # they only take memory, and a thousand of them take all of it.
+    most = max(4, 2 * (os.cpu_count() or 1))
+    if workers > most:
+        raise UserError(
+            f"--workers {workers} is more than this machine can use: at most {most} ({os.cpu_count()} cores)"
+        )
     chosen = choose_engine(_engine_choice(args))
     print(f"# engine: {chosen.description}", file=sys.stderr)
     if getattr(args, "reads_per_request", 1) > 1 and chosen.engine.name != "vllm":
@@ -257,8 +264,12 @@ def cmd_prelabel(args: argparse.Namespace) -> None:
                 if run is None:
                     raise UserError(f"project {args.project!r} has no unfinished run to resume")
                 run_id = run.id
-            else:
+            elif args.resume.strip().isdigit():
                 run_id = int(args.resume)
+            else:
+                raise UserError(
+                    f"--resume takes a run's id (a number), or nothing for the latest unfinished; not {args.resume!r}"
+                )
     engine = _engine(args)
     cancel = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: cancel.set())  # Ctrl-C: finish the batch, then stop cleanly
@@ -294,6 +305,8 @@ def cmd_prelabel(args: argparse.Namespace) -> None:
         print(f"  resume with: {resume_command(args, report.run_id)}")
     if report.status == "failed":
         raise SystemExit(1)
+    if report.status == "cancelled":  # a shell's `prelabel && next` must not go on
+        raise SystemExit(128 + signal.SIGINT)
 
 
 def resume_command(args: argparse.Namespace, run_id: int) -> str:
@@ -433,7 +446,7 @@ def _serve_transformers(args: argparse.Namespace) -> None:
 
     from diffjev.engines.transformers import TransformersEngine
     from diffjev.models import offline_gemma_tokenizer
-    from diffjev.serve import DEFAULT_MAX_STEPS, create_app
+    from diffjev.serve import DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_STEPS, create_app
 
     if args.tiny:
         from diffjev.tiny import TINY_SERVED_NAME, tiny_diffusion_gemma
@@ -445,6 +458,9 @@ def _serve_transformers(args: argparse.Namespace) -> None:
         name = args.served_model_name or args.model
     else:
         raise UserError("give --model PATH_OR_NAME, or --tiny for a random-weight test model")
+    max_model_len = args.max_model_len or DEFAULT_MAX_MODEL_LEN
+    if max_model_len <= args.canvas:
+        raise UserError(f"--max-model-len must be more than the canvas ({args.canvas} tokens)")
     app = create_app(
         engine,
         name,
@@ -453,6 +469,7 @@ def _serve_transformers(args: argparse.Namespace) -> None:
         memoize=args.memoize,
         api_key=args.api_key,
         max_steps=args.max_steps or DEFAULT_MAX_STEPS,
+        max_model_len=max_model_len,
     )
     guard = "every request needs the API key" if args.api_key else "no API key: it answers anyone who reaches it"
     print(f"# serving {name} on http://{args.host}:{args.port} (vLLM wire format; {guard})", file=sys.stderr)
@@ -505,6 +522,19 @@ def _positive_int(text: str) -> int:
     return int(text)
 
 
+def _seed(text: str) -> int:
+    """A noise seed: stored with the run as a 64-bit integer."""
+    if not text.strip().isdigit() or int(text) >= 2**63:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 0 to {2**63 - 1}")
+    return int(text)
+
+
+def _canvas_width(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 16 or int(text) % 16:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a canvas width: a multiple of 16 tokens (16, 32, 64 ...)")
+    return int(text)
+
+
 def _engine_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--engine",
@@ -524,8 +554,8 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
         "Hub name (transformers, autoregressive; default $DIFFJEV_MODEL)",
     )
     p.add_argument("--tokenizer", help="tokenizer folder or Hub name, when it differs from the model")
-    p.add_argument("--canvas", type=int, default=DEFAULT_CANVAS, help="the served canvas width (default 64)")
-    p.add_argument("--seed", type=int, default=42, help="noise seed (default 42)")
+    p.add_argument("--canvas", type=_canvas_width, default=DEFAULT_CANVAS, help="the served canvas width (default 64)")
+    p.add_argument("--seed", type=_seed, default=42, help="noise seed (default 42)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -604,7 +634,7 @@ def parser() -> argparse.ArgumentParser:
     _engine_flags(p)
     p.add_argument("--resume", nargs="?", const="latest", help="continue a run: its id, or the latest unfinished")
     p.add_argument("--only-unlabeled", action="store_true", help="skip items that already have a human answer")
-    p.add_argument("--batch", type=int, default=64, help="items per stored batch (default 64)")
+    p.add_argument("--batch", type=_positive_int, default=64, help="items per stored batch (default 64)")
     p.add_argument(
         "--workers",
         type=int,
@@ -697,7 +727,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--served-model-name")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--canvas", type=int, default=DEFAULT_CANVAS)
+    p.add_argument("--canvas", type=_canvas_width, default=DEFAULT_CANVAS)
     p.add_argument(
         "--service-latency-ms",
         type=float,
@@ -712,8 +742,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-steps",
         type=_positive_int,
-        help="transformers backend: the most denoise steps one read may ask for (default 64); reads share one "
+        help="transformers backend: the most denoise steps one read may ask for (default 8); reads share one "
         "model, so a longer read holds every other",
+    )
+    p.add_argument(
+        "--max-model-len",
+        type=_positive_int,
+        help="transformers backend: the longest prompt and canvas a request may have, in tokens (default 8192, "
+        "or the model's own if shorter); attention's memory grows with its square",
     )
     p.add_argument(
         "--api-key",

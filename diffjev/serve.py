@@ -28,6 +28,7 @@ import time
 import uuid
 from typing import Any
 
+import jinja2
 import orjson
 
 from fastapi import FastAPI, Request
@@ -63,7 +64,13 @@ DIFFUSION_REFUSAL = (
 )
 DEFAULT_MAX_LOGPROBS = 20  # vLLM's --max-logprobs default (ModelConfig.max_logprobs)
 MAX_LOGPROB_TOKEN_IDS = 128  # vllm.sampling_params
-DEFAULT_MAX_STEPS = 64  # diffjev's reads take 1 to 8 steps (a span read 4); past 64 a read is no read of ours
+DEFAULT_MAX_STEPS = 8  # diffjev's reads take 1 to 8 steps (a span read 4); one step of the tiny model on this CPU
+# is about 0.3 s, and every request waits on the one model lock
+DEFAULT_MAX_MODEL_LEN = 8192  # tokens of prompt and canvas; attention's memory grows with the square of it, and
+# 64,000 tokens took this 24 GB host's memory whole (the kernel killed the server)
+# The keyword arguments of `apply_chat_template` that a request may not set: they change what it returns, or (a
+# template of the caller's own, as vLLM refuses without --trust-request-chat-template) run code in the server.
+RESERVED_TEMPLATE_KWARGS = {"chat_template", "tokenize", "conversation", "documents", "tools", "return_dict"}
 
 
 class RequestError(Exception):
@@ -337,6 +344,7 @@ def create_app(
     memoize: bool = False,
     api_key: str | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN,
 ) -> FastAPI:
     """With `api_key`, every request must carry it as `Authorization: Bearer <api_key>` (vLLM's
     `--api-key`); without one, the server answers anyone who reaches it.
@@ -374,11 +382,15 @@ def create_app(
         if name is not None and name != served_model_name:
             raise RequestError(f"The model `{name}` does not exist.", "model", 404)
 
+    # The longest prompt this host reads: the model's own context may be far longer than its memory allows.
+    own_limit = builder.max_prompt_tokens
+    prompt_limit = max_model_len - canvas_length if own_limit is None else min(own_limit, max_model_len - canvas_length)
+
     def check_context(prompt_tokens: int, what: str = "your messages", param: str = "messages") -> None:
         """Refuse, as vLLM does, a prompt past the model's context: attention's memory grows with its square,
         and one 10 MB message would ask this host for hundreds of gigabytes."""
-        limit = builder.max_prompt_tokens
-        if limit is not None and prompt_tokens > limit:
+        limit = prompt_limit
+        if prompt_tokens > limit:
             raise RequestError(
                 f"This model's maximum context length is {limit + canvas_length} tokens, "
                 f"{canvas_length} of them the canvas. However, {what} {'have' if what.endswith('s') else 'has'} "
@@ -398,6 +410,12 @@ def create_app(
         message, param = validation_param(exc.errors())
         return error_response(message, 400, param)
 
+    @app.exception_handler(Exception)
+    async def _server_error(_: Request, exc: Exception) -> JSONResponse:
+        """Anything else in vLLM's error shape too, never a plain-text page; the traceback stays in the log."""
+        logger.error("a request failed", exc_info=exc)
+        return error_response(f"the server could not read this request ({type(exc).__name__})", 500)
+
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
         card = {
@@ -407,8 +425,7 @@ def create_app(
             "owned_by": "diffjev",
             "root": engine.model_name,
         }
-        if builder.max_prompt_tokens is not None:  # vLLM's model card says how long a request may be
-            card["max_model_len"] = builder.max_prompt_tokens + canvas_length
+        card["max_model_len"] = prompt_limit + canvas_length  # vLLM's model card says how long a request may be
         return {"object": "list", "data": [card]}
 
     @app.post("/v1/chat/completions")
@@ -425,6 +442,15 @@ def create_app(
         kwargs = body.get("chat_template_kwargs") or {}
         if not isinstance(kwargs, dict):
             raise RequestError("chat_template_kwargs must be an object", "chat_template_kwargs")
+        if body.get("chat_template") is not None or "chat_template" in kwargs:
+            raise RequestError(
+                "Chat template is passed with request, but --trust-request-chat-template is not set. "
+                "Refused request with untrusted chat template.",
+                "chat_template",
+            )
+        reserved = sorted(RESERVED_TEMPLATE_KWARGS & set(kwargs))
+        if reserved:
+            raise RequestError(f"chat_template_kwargs may not set {', '.join(reserved)}", "chat_template_kwargs")
         kwargs = {**kwargs, **rendering_flags(body)}
         max_tokens = body.get("max_tokens")
         if max_tokens is not None and (not _is_int(max_tokens) or max_tokens <= 0):
@@ -439,11 +465,18 @@ def create_app(
         choice_and_usage = answered.get(key) if key is not None else None
         if choice_and_usage is None:
             check_context(sum(len(m["content"]) for m in messages) // MAX_CHARS_PER_TOKEN)  # sure to be over
+            # Rendering and tokenising a long prompt takes seconds: off the event loop, so other requests go on.
             try:
-                text = tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+                text = await run_in_threadpool(
+                    lambda: tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+                )
             except ValueError as exc:  # e.g. a final message the template does not end with, to continue
                 raise RequestError(str(exc), "messages") from None
-            prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+            except (TypeError, jinja2.TemplateError) as exc:  # a kwarg the template cannot take
+                raise RequestError(
+                    f"the chat template failed with these kwargs: {exc}", "chat_template_kwargs"
+                ) from None
+            prompt = await run_in_threadpool(lambda: tokenizer(text, add_special_tokens=False)["input_ids"])
             check_context(len(prompt))
             canvas = diff["seed"] or [random.randrange(vocab) for _ in range(diff["width"])]  # unseeded: vLLM draws
             # read-only caps the output at the canvas width and ignores EOS: position i is canvas position i
@@ -627,7 +660,9 @@ def create_app(
             schema = req.upstream_schema()
         except UpstreamError as exc:
             raise RequestError(str(exc), "questions") from None
-        canvases, joint = decision_canvases(schema, req.state, req.instructions or "", req.joint)
+        canvases, joint = await run_in_threadpool(
+            decision_canvases, schema, req.state, req.instructions or "", req.joint
+        )
         reads = await run_in_threadpool(locked, read_upstream, engine, canvases)
         return await answer(
             started,
@@ -661,7 +696,7 @@ def create_app(
         except UpstreamError as exc:
             raise RequestError(str(exc), "questions") from None
         # The Decisions API has no instructions field: the input alone is the state.
-        canvases, _ = decision_canvases(schema, req.input_text(), "", req.joint)
+        canvases, _ = await run_in_threadpool(decision_canvases, schema, req.input_text(), "", req.joint)
         reads = await run_in_threadpool(locked, read_upstream, engine, canvases)
         answers = [decision_answer(asked, reads[q.id]) for q, asked in zip(schema.questions, req.questions)]
         input_tokens = sum(len(c.prompt_ids) for c in canvases)
@@ -693,12 +728,16 @@ def create_app(
                 raise RequestError(str(exc), "questions") from None
 
         if not joint or len(schema.questions) < 2:
-            return per_question(), False
-        try:
-            return joint_canvases(builder, schema, state, instructions, canvas_length), True
-        except SchemaError as exc:
-            logger.warning("joint read falls back to one read per question: %s", exc)
-            return per_question(), False
+            canvases, joint = per_question(), False
+        else:
+            try:
+                canvases = joint_canvases(builder, schema, state, instructions, canvas_length)
+            except SchemaError as exc:
+                logger.warning("joint read falls back to one read per question: %s", exc)
+                canvases, joint = per_question(), False
+        for canvas in canvases:  # a state is cut to fit, but questions and instructions are not
+            check_context(len(canvas.prompt_ids), "the questions, instructions and state", "questions")
+        return canvases, joint
 
     return app
 

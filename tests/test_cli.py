@@ -161,3 +161,27 @@ def test_serve_model_builds_the_vllm_command_and_says_when_vllm_is_missing():
     ]
     missing = diffjev("serve-model", "--model", "google/diffusiongemma-26B-A4B-it")
     assert missing.returncode == 2 and "vllm is not installed here" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--batch", "0"], "argument --batch: '0' is not a whole number of at least 1"),  # it read nothing, "completed"
+        (["--canvas", "17"], "argument --canvas: '17' is not a canvas width: a multiple of 16"),  # a traceback
+        (["--seed", str(2**70)], "argument --seed"),  # a database error's traceback
+        (["--resume", "abc"], "--resume takes a run's id (a number)"),  # a traceback
+        (["--workers", "1000"], "--workers 1000 is more than this machine can use"),  # it started them all
+    ],
+)
+def test_prelabel_flags_out_of_range_are_one_line_each(capsys, tmp_path, flags, says):
+    from diffjev.cli import main
+
+    db = str(tmp_path / "flags.db")
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(TICKETS))
+    main(["init", "--db", db, "--project", "t", "--schema", str(schema)])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exited:
+        main(["prelabel", "--db", db, "--project", "t", "--engine", "vllm", "--url", "http://127.0.0.1:9", *flags])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and says in err and "Traceback" not in err

@@ -1,6 +1,9 @@
 """The Jev decision API: the server's `/v1/systemone` in vLLM's shapes (one canvas read per question),
 JevAPIEngine reading through it, and bad bodies answered with a 400 that says what is wrong."""
 
+import json
+import time
+
 import httpx
 import pytest
 
@@ -135,3 +138,26 @@ def test_an_answer_that_is_no_decision_is_named_without_the_urls_password(schema
         with pytest.raises(EngineError, match="is not a structured decision") as raised:
             read(schema, "x", JevAPIEngine(with_password))
     assert f"the Jev API at {wrong.url}/v1/systemone" in str(raised.value) and "SECRETPW" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        ["state"],  # a state is not cut on this route (vLLM's does not cut it either): it is refused
+        ["instructions"],
+        ["questions", "urgent", "instructions"],
+    ],
+)
+def test_systemone_refuses_a_read_past_the_context_before_any_forward(vllm_server, where):
+    """A 1 MB field once reached the model whole: a 500 after the host tried to allocate 40 GB."""
+    body = json.loads(json.dumps(JEV_BODY))
+    target = body
+    for key in where[:-1]:
+        target = target[key]
+    target[where[-1]] = "word " * 200_000
+    started = time.perf_counter()
+    answer = systemone(vllm_server, body)
+    assert answer.status_code == 400, answer.text
+    assert "maximum context length" in answer.json()["error"]["message"]
+    assert time.perf_counter() - started < 20
+    assert systemone(vllm_server, JEV_BODY).status_code == 200  # and the server reads on

@@ -2,6 +2,11 @@
 them stores the same suggestions and keeps its failure path."""
 
 import functools
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -220,3 +225,35 @@ def test_a_result_that_cannot_leave_its_worker_fails_by_name(schema):
             list(engine.decide_many(schema, ["a", "b"]))
     finally:
         engine.close()
+
+
+def test_workers_end_when_their_caller_is_killed(tmp_path, tiny_model_folder):
+    """A caller killed outright never closes its workers: they must not run on, orphaned, holding memory."""
+    script = tmp_path / "caller.py"
+    script.write_text(
+        "import functools, time\n"
+        "from diffjev.engines import VLLMServerEngine\n"
+        "from diffjev.engines.processes import ProcessEngine\n"
+        "if __name__ == '__main__':\n"
+        f"    recipe = functools.partial(VLLMServerEngine, 'http://127.0.0.1:9', 'm', {str(tiny_model_folder)!r})\n"
+        "    engine = ProcessEngine(recipe, processes=2)\n"
+        "    print(*engine.worker_pids, flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    caller = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    pids = [int(p) for p in caller.stdout.readline().split()]
+    assert len(pids) == 2 and all(running(p) for p in pids)
+    caller.send_signal(signal.SIGKILL)
+    caller.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while any(running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(running(p) for p in pids)
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie waiting to be reaped has ended)."""
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False

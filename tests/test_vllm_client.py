@@ -86,7 +86,13 @@ def post(server, **changes):
         ({"x_diffusion_canvas_length": 128}, 400, "diffusion_canvas_length"),
         ({"x_diffusion_max_steps": 0}, 400, "diffusion_max_steps"),
         # vLLM takes any positive count; one model lock here means one huge read would hold every other
-        ({"x_diffusion_max_steps": 10**6}, 400, "at most 64 steps (serve-model --max-steps)"),
+        ({"x_diffusion_max_steps": 10**6}, 400, "at most 8 steps (serve-model --max-steps)"),
+        # a template of the caller's own runs code in the server (vLLM refuses it unless trusted), and the
+        # template's own arguments changed what it returns: each was a 500
+        ({"chat_template": "{{ 1 }}"}, 400, "untrusted chat template"),
+        ({"chat_template_kwargs": {"chat_template": "{% for %}"}}, 400, "untrusted chat template"),
+        ({"chat_template_kwargs": {"tokenize": True}}, 400, "may not set tokenize"),
+        ({"chat_template_kwargs": {"documents": 5, "conversation": []}}, 400, "may not set conversation, documents"),
         ({"x_diffusion_read_only": "yes"}, 400, "diffusion_read_only"),
         ({"x_diffusion_constrained": True}, 400, "logprob_token_ids"),
         ({"temperature": 0.5}, 400, "temperature"),

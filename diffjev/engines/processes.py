@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
+import os
 import pickle
 import queue
 import signal
@@ -100,6 +101,7 @@ def _work(recipe: Callable[[], Engine], inbox: Any, results: Any) -> None:
     # Ctrl-C reaches the whole process group: the run in the main process stops cleanly and closes the
     # workers; a worker dying of it first would turn the reads it held into recorded failures.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_end_with_parent, args=(multiprocessing.parent_process().sentinel,), daemon=True).start()
     try:
         engine = recipe()
     except BaseException as exc:  # noqa: BLE001 - the caller raises it, not a worker's traceback
@@ -122,6 +124,13 @@ def _work(recipe: Callable[[], Engine], inbox: Any, results: Any) -> None:
             except Exception as exc:  # noqa: BLE001 - the caller raises it where the run reaches this item
                 sending.put((stream, "error", _portable(exc)))
         message = message or inbox.get()
+
+
+def _end_with_parent(parent: Any) -> None:
+    """End this worker when the process that started it is gone. A caller killed outright (SIGKILL, the out of
+    memory killer) never closes its workers, and they would run on, orphaned, holding their memory."""
+    wait([parent])
+    os._exit(1)
 
 
 def engine_from_choice(choice: Any) -> Engine:
