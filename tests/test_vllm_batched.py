@@ -254,7 +254,7 @@ def test_reads_with_images_count_against_the_same_reads_in_flight(tokenizer, sch
 
 
 def test_a_prompt_past_the_context_is_named_by_its_place(vllm_server):
-    limit = 131072  # the tiny model's context
+    limit = 8192  # serve-model's --max-model-len (the tiny model's own is 131,072)
     answer = completion(vllm_server, prompt=[[2] * 10, [2] * limit])
     assert answer.status_code == 400 and answer.json()["error"]["param"] == "prompt"
     assert "prompt 1 has at least" in answer.json()["error"]["message"]
