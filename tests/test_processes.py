@@ -257,3 +257,20 @@ def running(pid: int) -> bool:
         return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
     except FileNotFoundError:
         return False
+
+
+def test_ctrl_c_stops_a_run_with_a_failing_status_and_the_resume_command(tmp_path, vllm_server, tiny_model_folder):
+    """A cancelled run exited 0, so `prelabel && next_step` went on as if every item were read."""
+    db = project_db(tmp_path / "cancel.db", 2_000)
+    command = [sys.executable, "-m", "diffjev.cli", "prelabel", "--db", str(tmp_path / "cancel.db"), "--project", "p"]
+    command += ["--engine", "vllm", "--url", vllm_server.url, "--model", SERVED_NAME]
+    command += ["--tokenizer", str(tiny_model_folder), "--batch", "8"]
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while counts(db)[0] == 0 and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 130, err[-2000:]
+    assert " cancelled: " in out and "resume with: diffjev prelabel" in out
+    assert 0 < counts(db)[0] < 2_000
