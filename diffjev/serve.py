@@ -464,7 +464,10 @@ def create_app(
         )  # an unseeded canvas is never the same read
         choice_and_usage = answered.get(key) if key is not None else None
         if choice_and_usage is None:
-            check_context(sum(len(m["content"]) for m in messages) // MAX_CHARS_PER_TOKEN)  # sure to be over
+            # Sure to be over before any rendering: the texts, the template's own arguments (a 10 MB `bos_token`
+            # is text too), and a token at least for each message's turn markers.
+            chars = sum(len(m["content"]) for m in messages) + len(orjson.dumps(kwargs))
+            check_context(chars // MAX_CHARS_PER_TOKEN + len(messages))
             # Rendering and tokenising a long prompt takes seconds: off the event loop, so other requests go on.
             try:
                 text = await run_in_threadpool(
@@ -516,7 +519,8 @@ def create_app(
             raise RequestError("n: a read-only read has one choice per prompt", "n")
         if body.get("prompt_logprobs") is not None:
             raise RequestError("this server does not return prompt logprobs", "prompt_logprobs")
-        prompts = prompt_batch(body.get("prompt"), vocab)
+        # Checking every id of up to 1,024 prompts takes seconds: off the event loop, so other requests go on.
+        prompts = await run_in_threadpool(prompt_batch, body.get("prompt"), vocab)
         sampling_refusal(body)
         lp = completion_logprob_args(body, max_logprobs, vocab)
         diff = diffusion_args(body, canvas_length, vocab, max_steps)
@@ -735,7 +739,9 @@ def create_app(
             except SchemaError as exc:
                 logger.warning("joint read falls back to one read per question: %s", exc)
                 canvases, joint = per_question(), False
-        for canvas in canvases:  # a state is cut to fit, but questions and instructions are not
+        # The builder cuts a state to the model's own context; this host's (--max-model-len) may be shorter,
+        # and questions and instructions are never cut.
+        for canvas in canvases:
             check_context(len(canvas.prompt_ids), "the questions, instructions and state", "questions")
         return canvases, joint
 

@@ -122,6 +122,27 @@ def test_server_validates_requests_as_vllm_does(vllm_server, changes, status, sa
     assert error["code"] == status and says in error["message"]
 
 
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"chat_template_kwargs": {"bos_token": "ab " * 2_700_000}},  # a template argument's text counts too
+        {"messages": [{"role": "user", "content": ""}] * 200_000},  # and each message's turn markers
+    ],
+)
+def test_a_request_sure_to_be_past_the_context_is_refused_before_rendering(
+    vllm_server, dgemma_engine, monkeypatch, changes
+):
+    """Each of these was rendered and tokenised whole (6 s of the server's CPU) before its 400."""
+    rendered = []
+    render = dgemma_engine.tokenizer.apply_chat_template
+    monkeypatch.setattr(
+        dgemma_engine.tokenizer, "apply_chat_template", lambda *a, **k: rendered.append(1) or render(*a, **k)
+    )
+    response = post(vllm_server, **changes)
+    assert response.status_code == 400 and "maximum context length" in response.json()["error"]["message"]
+    assert rendered == []
+
+
 def test_the_step_cap_is_the_servers_to_set(dgemma_engine):
     from diffjev.serve import create_app
 
