@@ -389,10 +389,9 @@ def create_app(
     def check_context(prompt_tokens: int, what: str = "your messages", param: str = "messages") -> None:
         """Refuse, as vLLM does, a prompt past the model's context: attention's memory grows with its square,
         and one 10 MB message would ask this host for hundreds of gigabytes."""
-        limit = prompt_limit
-        if prompt_tokens > limit:
+        if prompt_tokens > prompt_limit:
             raise RequestError(
-                f"This model's maximum context length is {limit + canvas_length} tokens, "
+                f"This model's maximum context length is {prompt_limit + canvas_length} tokens, "
                 f"{canvas_length} of them the canvas. However, {what} {'have' if what.endswith('s') else 'has'} "
                 f"at least {prompt_tokens} tokens. Please reduce the length of the {param}.",
                 param,
