@@ -79,34 +79,74 @@ def test_a_dead_server_behind_worker_processes_fails_the_run_item_by_item(tmp_pa
     assert report.failures and all("cannot reach the vLLM server" in error for _, _, error in report.failures)
 
 
+def _pid_holding(client_port: int, pids: list[int]) -> int | None:
+    """Which of `pids` owns the local TCP socket on `client_port` (read from /proc), if any."""
+    import os
+
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == client_port:
+                    inodes.add(f"socket:[{fields[9]}]")
+    for pid in pids:
+        try:
+            links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        except FileNotFoundError:
+            continue
+        if links & inodes:
+            return pid
+    return None
+
+
 def test_a_worker_killed_mid_run_loses_no_read_and_is_started_again(
-    tmp_path, vllm_server, tiny_model_folder, tokenizer
+    tmp_path, vllm_server, dgemma_engine, tiny_model_folder, tokenizer
 ):
     """A worker that dies holding reads (killed, out of memory): the run reads what it held again, through a
     worker started in its place, and stores every item once, exactly as a local run does."""
     import os
     import signal
 
-    engine = ProcessEngine(
-        functools.partial(VLLMServerEngine, vllm_server.url, SERVED_NAME, str(tiny_model_folder), max_in_flight=4),
-        processes=2,
-        chunk_items=4,
-    )
-    killed = []
+    from diffjev.serve import create_app
+    from conftest import LocalServer
 
-    def kill_the_first_worker(progress):
-        if not killed:
-            killed.append(engine.worker_pids[0])
-            os.kill(killed[0], signal.SIGKILL)
+    app = create_app(dgemma_engine, SERVED_NAME, canvas_length=64)
+    killed: list[tuple[int, int]] = []  # (worker index, pid)
 
+    # The worker is killed as its second read request reaches the server, so it surely dies holding a read.
+    # Killing it at the run's first stored batch did not: the run's reader could take every answer first,
+    # and the killed worker then held nothing to read again (seen once in CI).
+    @app.middleware("http")
+    async def kill_a_worker_mid_read(request, call_next):
+        pids = engine.worker_pids
+        owner = _pid_holding(request.client.port, pids) if request.method == "POST" else None
+        if owner is not None:
+            seen[owner] = seen.get(owner, 0) + 1
+            if not killed and seen[owner] == 2:
+                killed.append((pids.index(owner), owner))
+                os.kill(owner, signal.SIGKILL)
+                while open(f"/proc/{owner}/stat").read().split(")")[-1].split()[0] != "Z":
+                    time.sleep(0.01)  # dead before this request could be answered
+        return await call_next(request)
+
+    seen: dict[int, int] = {}
     db = project_db(tmp_path / "killed.db", 40)
-    try:
-        report = prelabel(db, "p", engine, batch_items=4, progress=kill_the_first_worker)
-        assert (report.status, report.read, report.failed) == ("completed", 40, 0)
-        assert counts(db, report.run_id)[:2] == (40, 120)
-        assert killed and engine.worker_pids[0] != killed[0]  # started again in its place
-    finally:
-        engine.close()
+    with LocalServer(app) as server:
+        engine = ProcessEngine(
+            functools.partial(VLLMServerEngine, server.url, SERVED_NAME, str(tiny_model_folder), max_in_flight=4),
+            processes=2,
+            chunk_items=4,
+        )
+        try:
+            report = prelabel(db, "p", engine, batch_items=4)
+            assert (report.status, report.read, report.failed) == ("completed", 40, 0)
+            assert counts(db, report.run_id)[:2] == (40, 120)
+            assert killed
+            index, pid = killed[0]
+            assert engine.worker_pids[index] != pid  # started again in its place
+        finally:
+            engine.close()
     assert suggestion_rows(db, report.run_id) == local_run_rows(tmp_path, 40, vllm_server, tokenizer)
 
 
