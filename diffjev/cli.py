@@ -33,6 +33,7 @@ from typing import Any, Iterator
 
 from diffjev.engines.auto import ENGINE_CHOICES, EngineChoice, choose_engine
 from diffjev.engines.base import EngineError
+from diffjev.engines.vllm import MAX_COMPLETION_PROMPTS
 from diffjev.errors import SchemaError
 from diffjev.models import ModelLoadError
 
@@ -109,9 +110,16 @@ def _engine(args: argparse.Namespace):
             f"--reads-per-request is for the vllm engine (a vLLM server's /v1/completions); the "
             f"{chosen.engine.name} engine reads one item a request"
         )
-    reads_per_request = getattr(chosen.engine, "reads_per_request", 1)
+    reads_per_request, asked = getattr(chosen.engine, "reads_per_request", 1), getattr(args, "reads_per_request", 1)
     if reads_per_request > 1:
         print(f"# {reads_per_request} reads a request (/v1/completions)", file=sys.stderr)
+    if reads_per_request < asked:  # said, not silently cut
+        print(
+            f"# --reads-per-request {asked} is more than one request carries: {reads_per_request}, the most "
+            f"reads in flight ({chosen.engine.max_in_flight}; a request has at most {MAX_COMPLETION_PROMPTS} "
+            "prompts)",
+            file=sys.stderr,
+        )
     if workers:
         if chosen.engine.name not in ("vllm", "jev-api"):
             chosen.engine.close()

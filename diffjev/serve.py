@@ -162,15 +162,27 @@ def diffusion_args(body: dict[str, Any], served_width: int, vocab: int, max_step
 
 
 def sampling_refusal(body: dict[str, Any]) -> None:
-    """vLLM's refusal of the sampling fields a diffusion read cannot honour (a 400 naming the first)."""
+    """vLLM's refusal of the sampling fields a diffusion read cannot honour (a 400 naming the first), after
+    SamplingParams' own range checks, which vLLM makes first."""
     for name, neutral in NEUTRAL_FOR_DIFFUSION.items():
         value = body.get(name)
         if value is None:
             continue
         if name in NUMERIC_SAMPLING and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise RequestError(f"{name}: Input should be a valid number", name)
+        if name == "temperature" and value < 0:
+            raise RequestError(f"temperature must be non-negative, got {value}.", name)
+        if name == "min_p" and not 0 <= value <= 1:
+            raise RequestError(f"min_p must be in [0, 1], got {value}.", name)
         if not neutral(value):
             raise RequestError(DIFFUSION_REFUSAL, name)
+
+
+def check_one_choice(body: dict[str, Any]) -> None:
+    """A read-only read is one canvas: `n` other than 1 would ask for choices this server never returns."""
+    n = body.get("n", 1)
+    if n is not None and (not _is_int(n) or n != 1):
+        raise RequestError("n: a read-only read has one choice per prompt", "n")
 
 
 def logprob_args(body: dict[str, Any], max_logprobs: int, vocab: int) -> dict[str, Any]:
@@ -192,6 +204,10 @@ def logprob_args(body: dict[str, Any], max_logprobs: int, vocab: int) -> dict[st
             raise RequestError("when using `top_logprobs`, `logprobs` must be set to true.", "top_logprobs")
         if top != int(top):
             raise RequestError("top_logprobs: Input should be a valid integer", "top_logprobs")
+        if abs(top) >= 2**63:  # pydantic's int, as vLLM's request model reads it
+            raise RequestError(
+                "top_logprobs: Unable to parse input string as an integer, exceeded maximum size", "top_logprobs"
+            )
         top = int(top)
     ids = body.get("logprob_token_ids")
     if ids:
@@ -435,6 +451,7 @@ def create_app(
         messages = text_messages(body.get("messages"))
         if body.get("stream"):
             raise RequestError("this server does not stream", "stream")
+        check_one_choice(body)
         sampling_refusal(body)
         lp = logprob_args(body, max_logprobs, vocab)
         diff = diffusion_args(body, canvas_length, vocab, max_steps)
@@ -513,9 +530,7 @@ def create_app(
             raise RequestError("this server does not echo the prompt", "echo")
         if body.get("suffix") is not None:  # vLLM renders a suffix only for FIM models, from text prompts
             raise RequestError("suffix requires text prompt input for FIM completion rendering", "suffix")
-        n = body.get("n", 1)
-        if n is not None and (not _is_int(n) or n != 1):
-            raise RequestError("n: a read-only read has one choice per prompt", "n")
+        check_one_choice(body)
         if body.get("prompt_logprobs") is not None:
             raise RequestError("this server does not return prompt logprobs", "prompt_logprobs")
         # Checking every id of up to 1,024 prompts takes seconds: off the event loop, so other requests go on.
@@ -534,6 +549,10 @@ def create_app(
         shared = orjson.dumps([diff, lp, n_out, as_ids], option=orjson.OPT_SORT_KEYS)
         choices, prompt_tokens = [], 0
         for index, prompt in enumerate(prompts):  # vLLM reads each prompt as a request of its own
+            if index and await request.is_disconnected():
+                # vLLM aborts a request whose caller hung up; reading on would hold the model lock for nobody
+                logger.info("completions: the caller hung up after %d of %d prompts", index, len(prompts))
+                return Response(status_code=499)
             key = shared + orjson.dumps(prompt) if memoize and diff["seed"] is not None else None
             choice = answered.get(key) if key is not None else None
             if choice is None:
@@ -663,8 +682,9 @@ def create_app(
             schema = req.upstream_schema()
         except UpstreamError as exc:
             raise RequestError(str(exc), "questions") from None
+        longest = longest_field({"state": req.state, "instructions": req.instructions, "questions": body["questions"]})
         canvases, joint = await run_in_threadpool(
-            decision_canvases, schema, req.state, req.instructions or "", req.joint
+            decision_canvases, schema, req.state, req.instructions or "", req.joint, longest
         )
         reads = await run_in_threadpool(locked, read_upstream, engine, canvases)
         return await answer(
@@ -699,7 +719,8 @@ def create_app(
         except UpstreamError as exc:
             raise RequestError(str(exc), "questions") from None
         # The Decisions API has no instructions field: the input alone is the state.
-        canvases, _ = await run_in_threadpool(decision_canvases, schema, req.input_text(), "", req.joint)
+        longest = longest_field({"input": body.get("input"), "questions": body.get("questions")})
+        canvases, _ = await run_in_threadpool(decision_canvases, schema, req.input_text(), "", req.joint, longest)
         reads = await run_in_threadpool(locked, read_upstream, engine, canvases)
         answers = [decision_answer(asked, reads[q.id]) for q, asked in zip(schema.questions, req.questions)]
         input_tokens = sum(len(c.prompt_ids) for c in canvases)
@@ -719,10 +740,13 @@ def create_app(
             },
         )
 
-    def decision_canvases(schema: Schema, state: Any, instructions: str, joint: bool) -> tuple[list[Canvas], bool]:
+    def decision_canvases(
+        schema: Schema, state: Any, instructions: str, joint: bool, longest: str
+    ) -> tuple[list[Canvas], bool]:
         """The canvases a read takes, and whether they are joint. As vLLM 0.33: one question reads best on
         its own prompt, and where the joint answer lines do not fit the tokenizer the read falls back to one
-        canvas per question, with a warning."""
+        canvas per question, with a warning. A read past the context names `longest`, the request's
+        longest field, as the one to shorten."""
 
         def per_question() -> list[Canvas]:
             try:
@@ -741,7 +765,7 @@ def create_app(
         # The builder cuts a state to the model's own context; this host's (--max-model-len) may be shorter,
         # and questions and instructions are never cut.
         for canvas in canvases:
-            check_context(len(canvas.prompt_ids), "the questions, instructions and state", "questions")
+            check_context(len(canvas.prompt_ids), "the questions, instructions and state", longest)
         return canvases, joint
 
     return app
@@ -759,6 +783,11 @@ def _constrained(logprobs, lp: dict[str, Any]):
 def joint_diagnostics(canvases: list[Canvas]) -> list[dict[str, Any]]:
     """vLLM 0.33's `joint` canvases: per canvas, the question ids it read, its width and each slot's position."""
     return [{"questions": list(c.slots), "width": len(c.ids), "slots": list(c.slots.values())} for c in canvases]
+
+
+def longest_field(fields: dict[str, Any]) -> str:
+    """The name of the field whose JSON is longest: the one a caller past the context should shorten."""
+    return max(fields, key=lambda name: len(orjson.dumps(fields[name])))
 
 
 def _validated(model: type[BaseModel], body: dict[str, Any]) -> Any:

@@ -144,6 +144,8 @@ def test_decisions_answers_in_its_shapes(vllm_server, joint):
             "at most 10",
         ),
         ({"cache_salt": "a@b"}, "cache_salt", "must not contain"),
+        # past the context, the longest field is the one named to shorten
+        ({"input": "word " * 200_000}, "input", "reduce the length of the input"),
     ],
 )
 def test_decisions_refuses_what_vllm_033_refuses(vllm_server, change, param, says):

@@ -158,6 +158,8 @@ def test_systemone_refuses_a_read_past_the_context_before_any_forward(vllm_serve
     started = time.perf_counter()
     answer = systemone(vllm_server, body)
     assert answer.status_code == 400, answer.text
-    assert "maximum context length" in answer.json()["error"]["message"]
+    error = answer.json()["error"]
+    assert "maximum context length" in error["message"]
+    assert error["param"] == where[0] and error["message"].endswith(f"reduce the length of the {where[0]}.")
     assert time.perf_counter() - started < 20
     assert systemone(vllm_server, JEV_BODY).status_code == 200  # and the server reads on

@@ -85,6 +85,10 @@ def test_a_request_carries_at_most_reads_per_request_prompts_and_one_canvas(vllm
 
 
 def completion(server, **changes):
+    return httpx.post(f"{server.url}/v1/completions", json=completion_body(**changes), timeout=60)
+
+
+def completion_body(**changes):
     body = {
         "model": SERVED_NAME,
         "prompt": [[2, 106, 1645, 108], [2, 106, 9259, 108]],
@@ -104,7 +108,7 @@ def completion(server, **changes):
             body.pop(key, None)
         else:
             body[key] = value
-    return httpx.post(f"{server.url}/v1/completions", json=body, timeout=60)
+    return body
 
 
 def test_the_server_answers_a_batch_in_vllms_completions_shape(vllm_server):
@@ -201,6 +205,10 @@ def test_the_cli_sends_reads_several_to_a_request(tmp_path, vllm_server, tiny_mo
     assert "completed: 10 read, 0 failed" in done.stdout
     refused = subprocess.run([*command[:-1], "0"], capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "--reads-per-request must be 1" in refused.stderr
+    # more than one request carries is said, where it was cut silently
+    cut = subprocess.run([*command[:-1], "5000"], capture_output=True, text=True, timeout=300)
+    assert cut.returncode == 0 and "completed: 10 read, 0 failed" in cut.stdout, cut.stderr[-2000:]
+    assert "--reads-per-request 5000 is more than one request carries: 32, the most reads in flight (32;" in cut.stderr
     assert "Traceback" not in refused.stderr
     # another engine reads one item a request: the flag is refused, not ignored
     jev = [*command[: command.index("--tokenizer")], "--reads-per-request", "4"]
@@ -272,3 +280,27 @@ def test_ray_runs_refuse_reads_per_request_for_another_engine(tmp_path, tiny_mod
     refused = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "--reads-per-request is for the vllm engine" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def test_a_batch_whose_caller_hung_up_stops_reading(vllm_server, dgemma_engine, monkeypatch):
+    """vLLM aborts a request whose client disconnects; this server read every prompt of it to the end first,
+    holding the model lock for the requests still waiting (4 long prompts took 28 s)."""
+    import time
+
+    forwards = []
+    forward = dgemma_engine.denoised_logprobs
+
+    def slow_forward(*args):  # a slow server's read: time for the caller to give up between prompts
+        forwards.append(time.monotonic())
+        time.sleep(0.3)
+        return forward(*args)
+
+    monkeypatch.setattr(dgemma_engine, "denoised_logprobs", slow_forward)
+    body = completion_body(prompt=[[2, 106, 1645, 108]] * 12)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{vllm_server.url}/v1/completions", json=body, timeout=0.5)
+    while not forwards or time.monotonic() - forwards[-1] < 1.5:  # until no read has begun for 1.5 s
+        time.sleep(0.1)
+    assert len(forwards) <= 3  # of the 12: the caller hung up during the second
+    monkeypatch.undo()
+    assert completion(vllm_server).status_code == 200  # and the server reads on
