@@ -454,21 +454,23 @@ def _serve_transformers(args: argparse.Namespace) -> None:
 
     from diffjev.engines.transformers import TransformersEngine
     from diffjev.models import offline_gemma_tokenizer
-    from diffjev.serve import DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_STEPS, create_app
+    from diffjev.engines.base import DEFAULT_MAX_MODEL_LEN
+    from diffjev.serve import DEFAULT_MAX_STEPS, create_app
 
-    if args.tiny:
-        from diffjev.tiny import TINY_SERVED_NAME, tiny_diffusion_gemma
-
-        engine = TransformersEngine(tiny_diffusion_gemma(), offline_gemma_tokenizer(), canvas_length=args.canvas)
-        name = args.served_model_name or TINY_SERVED_NAME
-    elif args.model:
-        engine = TransformersEngine(args.model, args.tokenizer, canvas_length=args.canvas)
-        name = args.served_model_name or args.model
-    else:
-        raise UserError("give --model PATH_OR_NAME, or --tiny for a random-weight test model")
     max_model_len = args.max_model_len or DEFAULT_MAX_MODEL_LEN
     if max_model_len <= args.canvas:
         raise UserError(f"--max-model-len must be more than the canvas ({args.canvas} tokens)")
+    sizes = {"canvas_length": args.canvas, "max_model_len": max_model_len}
+    if args.tiny:
+        from diffjev.tiny import TINY_SERVED_NAME, tiny_diffusion_gemma
+
+        engine = TransformersEngine(tiny_diffusion_gemma(), offline_gemma_tokenizer(), **sizes)
+        name = args.served_model_name or TINY_SERVED_NAME
+    elif args.model:
+        engine = TransformersEngine(args.model, args.tokenizer, **sizes)
+        name = args.served_model_name or args.model
+    else:
+        raise UserError("give --model PATH_OR_NAME, or --tiny for a random-weight test model")
     app = create_app(
         engine,
         name,

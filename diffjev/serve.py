@@ -39,6 +39,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from diffjev.api import DecisionRequest, StructuredDecisionRequest, decision_answer, error_response, validation_param
 from diffjev.canvas import DEFAULT_MAX_WIDTH, MAX_CHARS_PER_TOKEN, Canvas
+from diffjev.engines.base import DEFAULT_MAX_MODEL_LEN
 from diffjev.engines.transformers import TransformersEngine
 from diffjev.engines.vllm import MAX_COMPLETION_PROMPTS
 from diffjev.jev import UpstreamError, joint_canvases, question_canvas, read_upstream, upstream_answer
@@ -66,8 +67,6 @@ DEFAULT_MAX_LOGPROBS = 20  # vLLM's --max-logprobs default (ModelConfig.max_logp
 MAX_LOGPROB_TOKEN_IDS = 128  # vllm.sampling_params
 DEFAULT_MAX_STEPS = 8  # diffjev's reads take 1 to 8 steps (a span read 4); one step of the tiny model on this CPU
 # is about 0.3 s, and every request waits on the one model lock
-DEFAULT_MAX_MODEL_LEN = 8192  # tokens of prompt and canvas; attention's memory grows with the square of it, and
-# 64,000 tokens took this 24 GB host's memory whole (the kernel killed the server)
 # The keyword arguments of `apply_chat_template` that a request may not set: they change what it returns, or (a
 # template of the caller's own, as vLLM refuses without --trust-request-chat-template) run code in the server.
 RESERVED_TEMPLATE_KWARGS = {"chat_template", "tokenize", "conversation", "documents", "tools", "return_dict"}

@@ -310,6 +310,30 @@ def test_a_state_past_the_models_context_is_cut_before_the_prompt_and_the_read_s
     assert "truncated" not in short_read.diagnostics
 
 
+def test_an_in_process_model_reads_at_most_the_hosts_context_not_its_own(tokenizer, schema):
+    """The studio's offline model says 32,768 positions: a 10 MB state sent to the studio's /v1/systemone was
+    cut to that and read for 8 minutes at 8.8 GB. An in-process read takes at most --max-model-len's 8192
+    tokens, as serve-model does, or less where asked."""
+    import time
+
+    from diffjev.engines import AutoregressiveEngine
+    from diffjev.read import read_many
+    from diffjev.tiny import tiny_causal_lm
+
+    model = tiny_causal_lm()
+    model.config.max_position_embeddings = 32_768  # Gemma 3 270M's own
+    engine = AutoregressiveEngine(model, tokenizer, mode="options", canvas_length=64)
+    assert engine.builder.max_prompt_tokens == 8192 - 64
+    started = time.perf_counter()
+    (long_read,) = read_many(schema, ["word " * 2_097_152], engine)  # 10 MB
+    cut = long_read.diagnostics["truncated"]
+    assert cut["max_prompt_tokens"] == 8192 - 64 and cut["kept_chars"] < 8192 * 8
+    assert set(long_read.answers) == {"urgent", "team", "tone"}
+    assert time.perf_counter() - started < 120
+    shorter = AutoregressiveEngine(model, tokenizer, mode="options", canvas_length=64, max_model_len=1024)
+    assert shorter.builder.max_prompt_tokens == 1024 - 64
+
+
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     st.lists(

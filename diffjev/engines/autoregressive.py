@@ -25,7 +25,7 @@ import torch
 from diffjev.canvas import Canvas, CanvasBuilder, DEFAULT_MAX_WIDTH, ModelFormat, render_state
 from diffjev.decide import Answer, Decision, SlotRead, aggregate, slot_distribution
 from diffjev.engines._torch import batched_by_shape, head_logprobs, resolve_device, slot_reads
-from diffjev.engines.base import CanvasEngine, EngineError, prompt_token_limit
+from diffjev.engines.base import DEFAULT_MAX_MODEL_LEN, CanvasEngine, EngineError, prompt_token_limit
 from diffjev.models import (
     OFFLINE_GEMMA,
     from_pretrained,
@@ -59,6 +59,7 @@ class AutoregressiveEngine(CanvasEngine):
         batch_size: int = 8,
         canvas_length: int = DEFAULT_MAX_WIDTH,
         instruction_tuned: bool | None = None,
+        max_model_len: int = DEFAULT_MAX_MODEL_LEN,
     ):
         if mode not in MODES:
             raise EngineError(f"AutoregressiveEngine mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -77,7 +78,7 @@ class AutoregressiveEngine(CanvasEngine):
             self.tokenizer,
             ModelFormat.from_tokenizer(self.tokenizer, vocab_size=vocab),
             canvas_length,
-            max_prompt_tokens=prompt_token_limit(self.model, canvas_length),
+            max_prompt_tokens=prompt_token_limit(self.model, canvas_length, max_model_len),
         )
         self.mode = mode
         self.reads_jointly = mode != "options"  # "options" asks each question with its own prompt

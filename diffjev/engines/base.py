@@ -148,11 +148,18 @@ class Engine(ABC):
         return 1
 
 
-def prompt_token_limit(model: Any, canvas_length: int) -> int | None:
-    """The most prompt tokens an in-process model takes: its positions less the canvas (a masked or causal
-    model reads both in one sequence). None when the model does not say."""
+# Tokens of prompt and canvas one read may take on this host, as vLLM's --max-model-len: attention's memory
+# grows with the square of it. A model's own positions say far more (131,072 for some): the 270M Gemma read a
+# 10 MB state cut to its 32,768 positions for 8 minutes at 8.8 GB, and 64,000 tokens took a 24 GB host whole.
+DEFAULT_MAX_MODEL_LEN = 8192
+
+
+def prompt_token_limit(model: Any, canvas_length: int, max_model_len: int = DEFAULT_MAX_MODEL_LEN) -> int | None:
+    """The most prompt tokens an in-process model reads: its positions, at most `max_model_len`, less the
+    canvas (a masked or causal model reads both in one sequence). None when that leaves no room."""
     positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
-    return positions - canvas_length if isinstance(positions, int) and positions > canvas_length else None
+    limit = min(positions, max_model_len) if isinstance(positions, int) else max_model_len
+    return limit - canvas_length if limit > canvas_length else None
 
 
 class CanvasEngine(Engine):

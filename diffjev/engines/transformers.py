@@ -14,7 +14,7 @@ import torch
 from diffjev.canvas import Canvas, CanvasBuilder, DEFAULT_MAX_WIDTH, ModelFormat
 from diffjev.decide import SlotRead
 from diffjev.engines._torch import batched_by_shape, head_logprobs, resolve_device, slot_reads
-from diffjev.engines.base import CanvasEngine, EngineError, prompt_token_limit
+from diffjev.engines.base import DEFAULT_MAX_MODEL_LEN, CanvasEngine, EngineError, prompt_token_limit
 from diffjev.models import from_pretrained, load_tokenizer
 
 
@@ -54,6 +54,7 @@ class TransformersEngine(CanvasEngine):
         batch_size: int = 8,
         canvas_length: int = DEFAULT_MAX_WIDTH,
         thought: str = "prompt",
+        max_model_len: int = DEFAULT_MAX_MODEL_LEN,
     ):
         if isinstance(model, str):
             self.model_name = model
@@ -74,7 +75,7 @@ class TransformersEngine(CanvasEngine):
             self.tokenizer,
             fmt,
             canvas_length,
-            max_prompt_tokens=prompt_token_limit(self.model, canvas_length),
+            max_prompt_tokens=prompt_token_limit(self.model, canvas_length, max_model_len),
             thought=thought,
         )
         self.thought_layout = self.builder.thought_placement  # where the thought block went, kept with a run
