@@ -452,16 +452,33 @@ def _csv_records(path: Any) -> Iterator[Any]:
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     # surrogateescape keeps reading past bytes that are not UTF-8, so the row holding them can be named
     with open(path, newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
-        reader = csv.reader(f)
+        # strict: a quote closed anywhere but at a field's end is an error, where the lenient reader ran an
+        # unclosed quote on into the next row and read both as one item (a row silently lost)
+        reader = csv.reader(f, strict=True)
         try:
             header = next(reader)
         except StopIteration:
             yield []
             return
+        except csv.Error as exc:
+            raise SourceError(f"{source_name(path)}, line 1 (the column names): {exc}; fix its quotes") from None
         yield header
         start = reader.line_num + 1
-        for values in reader:
+        while True:
             line = start
+            try:
+                values = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:  # the reader goes on at the next line
+                ran_on = f", read on through line {reader.line_num}" if reader.line_num > line else ""
+                start = reader.line_num + 1
+                yield line, Rejected(
+                    line,
+                    f"a quoted field does not end where its quote closes ({exc}{ran_on}); a field with a quote, "
+                    'a comma or a line break is written in quotes, with each quote inside it doubled ("")',
+                )
+                continue
             start = reader.line_num + 1
             if not values:
                 continue

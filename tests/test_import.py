@@ -50,6 +50,29 @@ def test_csv_reimport_adds_nothing_and_bad_rows_are_named_by_line(db, tmp_path):
     assert count(db) == 3
 
 
+def test_an_unclosed_quote_is_a_named_row_not_two_rows_read_as_one(db, tmp_path):
+    """The lenient CSV reader ran row 2500's unclosed quote on into row 2501 and stored both as one item:
+    "Imported 4999, rejected 0" for 5,000 rows, with 2501's text inside 2500's."""
+    rows = [f'q{i},"Ticket {i}",pro' for i in range(5000)]
+    rows[2500] = 'q2500,"Ticket 2500 has an unclosed quote,pro'  # line 2502 (the header is line 1)
+    rows[4000] = 'q4000,say "hi" there,pro'  # a quote inside an unquoted field is text, as in every reader
+    path = tmp_path / "items.csv"
+    path.write_text("id,text,plan\n" + "\n".join(rows) + '\nq5000,"unclosed at the end\n')
+    report = import_items(db, "p", path, id_field="id")
+    assert (report.imported, report.rejected) == (4998, 2)
+    (first, second), last = report.rejects[:2], report.rejects[-1]
+    assert (first.line, second.line) == (2502, 5002)
+    assert "read on through line 2503" in first.reason and "quote" in first.reason
+    assert "unexpected end of data" in second.reason
+    assert last is second
+    from sqlalchemy import select
+
+    from storage.models import Item
+
+    with db.read() as session:  # no item holds another row's text
+        assert not session.scalars(select(Item.external_id).where(Item.text.contains("\n"))).all()
+
+
 def test_jsonl_without_ids_keys_on_content(db, tmp_path):
     path = tmp_path / "items.jsonl"
     path.write_bytes(
