@@ -58,6 +58,19 @@ def test_preview_picks_the_project_text_field_and_the_id_and_never_offers_them_a
     assert update_of(context) == {"value": ["plan", "lang"], "choices": ["plan", "lang"]}
 
 
+def test_a_preview_shows_the_start_of_a_long_value_not_all_of_it(client, tmp_path):
+    """A 10 MB text was sent whole to the page (21.5 MB of HTML, 10.9 s): the preview shows its start and
+    its length; the import still refuses it by its line."""
+    path = write(
+        tmp_path / "huge.jsonl", '{"id": "h1", "text": "' + "A" * 10_485_760 + '"}\n{"id": "h2", "text": "ok"}\n'
+    )
+    table, text, _, _ = client.predict(handle_file(path), "", api_name="/import_preview")
+    column = table["headers"].index("text")
+    huge, small = (row[column] for row in table["data"])
+    assert huge.startswith("AAAA") and len(huge) < 1_000 and "10,485,760 characters" in huge
+    assert small == "ok" and text["value"] == "text"
+
+
 def test_preview_without_the_projects_text_field_picks_the_longest_text_and_the_id_column(client, tmp_path):
     body = "id,comment,stars\n1,Arrived broken and support never answered,1\n2,Works fine for my small shop,4\n"
     path = write(tmp_path / "reviews.csv", body)

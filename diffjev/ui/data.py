@@ -49,13 +49,20 @@ def _source(studio: Studio, upload: Any, dataset_name: str) -> Any:
     raise gr.Error("Upload a CSV, JSONL or Parquet file, or give a Hugging Face dataset name.")
 
 
+PREVIEW_CELL_CHARS = 300  # a 10 MB value sent whole made the page 21.5 MB; its start tells what the column holds
+
+
 def preview_cell(value: Any) -> str:
     if value is None or isinstance(value, str):
-        return value or ""
-    try:
-        return orjson.dumps(value).decode() if isinstance(value, (dict, list)) else str(value)
-    except TypeError:  # an integer past 64 bits inside an object, say
-        return str(value)
+        shown = value or ""
+    else:
+        try:
+            shown = orjson.dumps(value).decode() if isinstance(value, (dict, list)) else str(value)
+        except TypeError:  # an integer past 64 bits inside an object, say
+            shown = str(value)
+    if len(shown) > PREVIEW_CELL_CHARS:
+        return f"{shown[:PREVIEW_CELL_CHARS]}… ({len(shown):,} characters)"
+    return shown
 
 
 # Columns that name an item rather than say something about it: preselected as the id, never as context.
