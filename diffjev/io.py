@@ -473,10 +473,13 @@ def _csv_records(path: Any) -> Iterator[Any]:
             except csv.Error as exc:  # the reader goes on at the next line
                 ran_on = f", read on through line {reader.line_num}" if reader.line_num > line else ""
                 start = reader.line_num + 1
-                yield line, Rejected(
+                yield (
                     line,
-                    f"a quoted field does not end where its quote closes ({exc}{ran_on}); a field with a quote, "
-                    'a comma or a line break is written in quotes, with each quote inside it doubled ("")',
+                    Rejected(
+                        line,
+                        f"a quoted field does not end where its quote closes ({exc}{ran_on}); a field with a quote, "
+                        'a comma or a line break is written in quotes, with each quote inside it doubled ("")',
+                    ),
                 )
                 continue
             start = reader.line_num + 1

@@ -1379,6 +1379,9 @@ def _given(question_ids: Sequence[int]) -> list:
     return [Response.question_id.in_(question_ids), Response.status == "submitted", Response.value.is_not(None)]
 
 
+ADJUDICATED = "adjudicated"  # the source of an answer a reviewer settled, in events, review and exports
+
+
 def adjudication_pairs(
     session: Session,
     project_id: int,
@@ -1478,7 +1481,7 @@ def adjudicate(
         question_id,
         adjudication_id=row.id,
         value=value,
-        source="adjudicated",
+        source=ADJUDICATED,
         comment=comment,
         before=before,
         revision=row.revision,

@@ -232,3 +232,21 @@ def test_calibrate_without_a_question_answers_with_a_note(tmp_path, dgemma_engin
     with server:
         note = Client(server.url, verbose=False).predict("", run, 0.95, api_name="/calibrate")[-1]
     assert "Choose a question" in note
+
+
+def test_review_judges_the_model_by_the_adjudicated_answer_as_calibrate_does(tmp_path):
+    """An adjudicated answer is the item's truth: Review said the model agreed with the humans on an item a
+    reviewer settled against it, while Calibrate, on the same item, counted the model wrong."""
+    from diffjev.services import review
+
+    db, _ = graded(tmp_path / "settled.db", [(0.9, True)] * 3)  # the model and the annotator say billing
+    with db.session() as session:
+        project = repo.get_project(session, "p")
+        row = repo.version_schema(repo.latest_version(session, project.id))[1]["team"]
+        first = session.scalars(select(Item.id).where(Item.project_id == project.id).order_by(Item.id)).first()
+        repo.adjudicate(session, first, row, "account", "lead", "the ticket is about a login")
+    (report,) = review.question_report(db, "p")
+    assert report["model accuracy"] == round(2 / 3, 3)
+    (disagreement,) = review.disagreements(db, "p")
+    assert (disagreement["item"], disagreement["model"], disagreement["human"]) == ("k0", "billing", "account")
+    assert disagreement["source"] == "adjudicated"

@@ -20,7 +20,6 @@ from diffjev.spans import span_words
 from storage import repo
 from storage.db import Database
 
-SOURCE = "adjudicated"
 MAX_COMMENT = 2000
 OPEN_COUNTED = 10_000  # the heading counts open cases up to this many ("10000+" beyond)
 

@@ -42,7 +42,6 @@ from storage.db import Database
 
 PAGE = 10_000
 IMAGES_AT_ONCE = 4  # the images an export holds in memory at once, whatever its page size: one may be 20 MB
-ADJUDICATED = "adjudicated"  # the source of an answer a reviewer settled
 
 
 def _answer_type() -> Any:
@@ -375,7 +374,7 @@ def _column_batches(
             # the label: the adjudicated answer where there is one, else the latest answer
             batch[k] = [f[0] if f else g[-1][0] if g else None for f, g in zip(final, latest)]
             batch[f"{k}_annotator"] = [f[1] if f else g[-1][1] if g else None for f, g in zip(final, latest)]
-            batch[f"{k}_source"] = [ADJUDICATED if f else g[-1][2] if g else None for f, g in zip(final, latest)]
+            batch[f"{k}_source"] = [repo.ADJUDICATED if f else g[-1][2] if g else None for f, g in zip(final, latest)]
             batch[f"{k}_annotations"] = [len(g) if g else 0 for g in latest]
             batch[f"{k}_model"] = list(answer)
             batch[f"{k}_confidence"] = list(confidence)

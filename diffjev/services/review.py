@@ -13,7 +13,7 @@ from diffjev.services.annotation import is_span_question, project_question, proj
 from diffjev.staging import skips
 from storage import repo
 from storage.db import Database
-from storage.models import Item, Response, Suggestion
+from storage.models import Adjudication, Item, Response, Suggestion
 
 LOW_CONFIDENCE = 0.6
 
@@ -33,7 +33,10 @@ def _pairs(db: Database, project_name: str, run: int | None = None) -> tuple[lis
                 Response.item_id,
                 Item.external_id,
                 Response.question_id,
-                Response.value,
+                # An adjudicated answer is the item's truth, as Calibrate takes it; the source stays the
+                # annotator's own act (accepted or not), which the acceptance rate counts.
+                func.coalesce(Adjudication.value, Response.value).label("value"),
+                Adjudication.value.label("settled"),
                 Response.annotator,
                 Response.source,
                 Response.suggestion_shown,
@@ -41,6 +44,10 @@ def _pairs(db: Database, project_name: str, run: int | None = None) -> tuple[lis
                 Suggestion.confidence,
             )
             .join(Item, Item.id == Response.item_id)
+            .outerjoin(
+                Adjudication,
+                (Adjudication.item_id == Response.item_id) & (Adjudication.question_id == Response.question_id),
+            )
             .outerjoin(
                 Suggestion,
                 (Suggestion.item_id == Response.item_id) & (Suggestion.question_id == Response.question_id) & of_run,
@@ -259,7 +266,7 @@ def _row(p: Any, key_of: dict[int, str]) -> dict[str, Any]:
         "confidence": round(p.confidence, 3) if p.confidence is not None else None,
         "human": p.value,
         "annotator": p.annotator,
-        "source": p.source,
+        "source": repo.ADJUDICATED if p.settled is not None else p.source,
     }
 
 
