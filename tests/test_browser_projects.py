@@ -79,6 +79,10 @@ def test_a_new_project_opens_on_its_import_tab(tmp_path, dgemma_engine, browser)
             page.locator("#new-project-create").click()  # the form's one row has no id yet
             page.wait_for_function("document.querySelector('#new-project-error').innerText.includes('question row 1')")
             page.get_by_label("JSON").check()  # the questions pasted as JSON this time
+            # nothing pasted yet: the form's warning goes, and no "not valid JSON" warning takes its place
+            page.wait_for_function("!document.querySelector('#new-project-error').innerText.includes('question row')")
+            assert "not valid JSON" not in page.inner_text("#new-project-error")
+            assert not page.locator("#new-project-add").is_visible()  # the form's buttons go with the form
             schema = {"questions": [{"id": "urgent", "type": "yes_no", "instructions": "Reply within the hour?"}]}
             page.locator("#new-project-json .cm-content").fill(json.dumps(schema))
             page.wait_for_function("document.querySelector('#new-project-preview').innerText.includes('urgent')")

@@ -147,6 +147,8 @@ def _build_new_project(studio: Studio) -> None:
         return projects.schema_from_form(instructions_, rows_of(table), template_)
 
     def show(source_: str, instructions_: str, table: Any, text: str, template_: str) -> tuple[str, str]:
+        if source_ == "JSON" and not (text or "").strip():  # nothing pasted yet: nothing to warn of
+            return "", ""
         try:
             return "", canvas_preview(studio.preview_builder(), parsed(source_, instructions_, table, text, template_))
         except (ProjectInputError, SchemaError, EngineError) as exc:  # EngineError: the model is still loading
@@ -179,9 +181,13 @@ def _build_new_project(studio: Studio) -> None:
     for component in (instructions, form, schema_json, template):
         component.change(show, inputs, [error, preview], api_visibility="private")
     source.change(
-        lambda s: (gr.Dataframe(visible=s == "Form"), gr.Code(visible=s == "JSON")),
+        lambda s: (
+            gr.Dataframe(visible=s == "Form"),
+            gr.Code(visible=s == "JSON"),
+            *[gr.Button(visible=s == "Form")] * 2,
+        ),
         [source],
-        [form, schema_json],
+        [form, schema_json, add, remove],
         api_visibility="private",
     ).then(show, inputs, [error, preview], api_visibility="private")
     add.click(lambda t: rows_of(t) + [["", "yes_no", "", ""]], [form], [form], api_visibility="private")
