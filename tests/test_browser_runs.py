@@ -82,6 +82,10 @@ def test_a_run_in_progress_keeps_the_queue_shows_its_progress_and_runs_are_liste
         background.start()
         page = browser.new_page(viewport={"width": 1280, "height": 1000})
         page.goto(server.url)
+        # the Pre-label tab of a page opened while the run reads shows its progress (a reload lost it)
+        page.get_by_role("tab", name="Pre-label").click()
+        page.wait_for_function(f"{text_of('#prelabel-live')}.includes('Pre-labeling (run 2): 0/4 read')")
+        page.get_by_role("tab", name="Annotate").click()
         # the new run has stored nothing yet: the queue still serves the first run's suggestions
         one_question_at_a_time(page)
         choose(page, "#annotate-question", "team")

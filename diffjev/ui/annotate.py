@@ -15,7 +15,6 @@ from markdown_it.common.utils import escapeHtml
 from diffjev.images import ImageData
 from diffjev.services import annotation
 from diffjev.services.images import item_image
-from diffjev.services.prelabel import background_line
 from diffjev.spans import span_words
 from storage import repo
 from diffjev.ui.context import Scope, Studio, md_text, quiet_without_project, refusal
@@ -179,25 +178,6 @@ def low_mass_notice(label_mass: float | None) -> str:
     percent = label_mass * 100
     share = f"{percent:.1f}%" if percent >= 0.1 else "less than 0.1%"
     return f"  \n⚠ The model put {share} of its probability on these answers: treat this as a guess."
-
-
-def build_prelabel_line(studio: Studio) -> None:
-    """A pre-label run going in the background (this tab's, another tab's, the demo's): its count, refreshed
-    every two seconds above the card, in either view of the tab."""
-    prelabeling = gr.Markdown(elem_id="annotate-prelabel")
-    ticker = gr.Timer(2.0)
-
-    def prelabel_line(request: gr.Request) -> str:
-        return background_line(studio.scope(request).project)
-
-    studio.on_load.append((prelabel_line, [], [prelabeling]))
-    ticker.tick(
-        quiet_without_project(prelabel_line, [prelabeling]),
-        [],
-        [prelabeling],
-        api_visibility="private",
-        show_progress="hidden",
-    )
 
 
 def build(studio: Studio) -> None:

@@ -29,7 +29,7 @@ from diffjev.services.importing import (
     recent_imports,
     undo_import,
 )
-from diffjev.services.prelabel import prelabel
+from diffjev.services.prelabel import background_line, prelabel
 from storage import repo
 from diffjev.ui.access import NotAnUpload, uploaded_file
 from diffjev.ui.context import Scope, Studio, md_text, quiet_without_project, refusal
@@ -368,6 +368,26 @@ def engine_sentence(studio: Studio) -> str:
     return f"{engine} Another engine can make a run too, to compare them in Review."
 
 
+def build_prelabel_line(studio: Studio, elem_id: str = "annotate-prelabel") -> None:
+    """A pre-label run going in the background (this tab's, another tab's, another page's, the demo's): its
+    count, refreshed every two seconds, above the card in either view of the Annotate tab, and on the
+    Pre-label tab, where a page opened or reloaded while a run reads would otherwise show no progress."""
+    prelabeling = gr.Markdown(elem_id=elem_id)
+    ticker = gr.Timer(2.0)
+
+    def prelabel_line(request: gr.Request) -> str:
+        return background_line(studio.scope(request).project)
+
+    studio.on_load.append((prelabel_line, [], [prelabeling]))
+    ticker.tick(
+        quiet_without_project(prelabel_line, [prelabeling]),
+        [],
+        [prelabeling],
+        api_visibility="private",
+        show_progress="hidden",
+    )
+
+
 def build_prelabel(studio: Studio) -> None:
     # Filled when the page loads and as the ticker ticks: the model may still be loading when the page opens.
     engine_line = gr.Markdown(engine_sentence(studio), elem_id="prelabel-studio-engine")
@@ -391,6 +411,7 @@ def build_prelabel(studio: Studio) -> None:
         start = gr.Button("Start pre-labeling", variant="primary", elem_id="prelabel-start")
         stop = gr.Button("Cancel", elem_id="prelabel-cancel")
     report = gr.Markdown(elem_id="prelabel-report")
+    build_prelabel_line(studio, elem_id="prelabel-live")
     failures = gr.Dataframe(headers=["item", "external id", "error"], interactive=False, elem_id="prelabel-failures")
     gr.Markdown(
         "**Runs** (newest first). Delete a run with its suggestions (answers stay), or resume one "

@@ -18,7 +18,7 @@ import gradio as gr
 from diffjev.images import ImageData
 from diffjev.services import annotation
 from diffjev.services.images import item_image
-from diffjev.ui import annotate
+from diffjev.ui import annotate, data
 from diffjev.ui.context import Studio, md_text, quiet_without_project, refusal
 from diffjev.ui.span_text import chosen_text, span_segments_html, span_suggestion_line
 
@@ -561,7 +561,7 @@ def build_tab(studio: Studio) -> None:
     loads by the size of the project's schema."""
     build_import_notice(studio)
     mode = gr.Radio([WHOLE_ITEM, ONE_QUESTION], value=WHOLE_ITEM, label="View", elem_id="annotate-mode")
-    annotate.build_prelabel_line(studio)
+    data.build_prelabel_line(studio)
     with gr.Column() as whole_item:
         build(studio)
     with gr.Column(visible=False) as one_question:
