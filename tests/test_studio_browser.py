@@ -63,7 +63,8 @@ def test_schema_import_prelabel_annotate_by_keyboard_undo_and_export(browser, tm
         choose(page, "#annotate-queue", "Unlabeled, in order")
         page.locator("#annotate-start").click()
         page.wait_for_selector("#item .dj-text")
-        assert page.inner_text("#question-text") == "Which team?"
+        # the card can show before the event's progress timer ("0.8s") leaves the question (seen under load)
+        page.wait_for_function("document.querySelector('#question-text').innerText.trim() === 'Which team?'")
         first = page.inner_text("#item .dj-id")
         page.locator("body").click(position={"x": 5, "y": 5})
         os.environ.get("DIFFJEV_SCREENSHOTS") and page.screenshot(
