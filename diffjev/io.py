@@ -27,6 +27,7 @@ import shutil
 import sys
 import uuid
 import zipfile
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -448,41 +449,82 @@ def _check_text_file(path: Any) -> None:
         raise SourceError(NOT_TEXT_OR_PARQUET.format(name=source_name(path)))
 
 
+class _CsvLines:
+    """A CSV file's lines for csv.reader, counted, keeping those the record being read has taken: a record
+    the reader refuses is left out by its first line alone, and the lines after it are read again, so one
+    unclosed quote costs its own row, never the rows it ran on into."""
+
+    def __init__(self, f: Any):
+        self._file = f
+        self._again: deque[str] = deque()
+        self.taken: list[str] = []  # the lines of the record being read
+        self.number = 0  # the number of the last line handed to the reader
+
+    def __iter__(self) -> "_CsvLines":
+        return self
+
+    def __next__(self) -> str:
+        line = self._again.popleft() if self._again else next(self._file)
+        self.taken.append(line)
+        self.number += 1
+        return line
+
+    def next_record(self) -> None:
+        self.taken = []
+
+    def refuse_record(self) -> None:
+        """Leave out the record's first line; the reader reads the lines after it again."""
+        rest = self.taken[1:]
+        self._again.extendleft(reversed(rest))
+        self.number -= len(rest)
+        self.taken = []
+
+
+def _quote_fix(error: csv.Error, ran_on: bool) -> str:
+    """What is wrong with a record the strict reader refused, said as what to fix."""
+    if ran_on:  # the record took the lines after its own: its quote is never closed where its field ends
+        return "a quote opens a field here and is not closed on this line"
+    if "expected after" in str(error):  # "abc" ,x
+        return "text follows the closing quote of a field; remove it, or quote the whole field"
+    return "a field's quotes do not match"
+
+
 def _csv_records(path: Any) -> Iterator[Any]:
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     # surrogateescape keeps reading past bytes that are not UTF-8, so the row holding them can be named
     with open(path, newline="", encoding="utf-8-sig", errors="surrogateescape") as f:
-        # strict: a quote closed anywhere but at a field's end is an error, where the lenient reader ran an
-        # unclosed quote on into the next row and read both as one item (a row silently lost)
-        reader = csv.reader(f, strict=True)
+        lines = _CsvLines(f)
+        # strict: a quote closed anywhere but at a field's end is an error; the lenient reader ran an
+        # unclosed quote on into the rows after it and stored them as one item, or dropped them
+        reader = csv.reader(lines, strict=True)
         try:
             header = next(reader)
         except StopIteration:
             yield []
             return
         except csv.Error as exc:
-            raise SourceError(f"{source_name(path)}, line 1 (the column names): {exc}; fix its quotes") from None
+            fix = _quote_fix(exc, lines.number > 1)
+            raise SourceError(f"{source_name(path)}, line 1 (the column names): {fix} ({exc})") from None
         yield header
-        start = reader.line_num + 1
         while True:
-            line = start
+            line = lines.number + 1
+            lines.next_record()
             try:
                 values = next(reader)
             except StopIteration:
                 return
-            except csv.Error as exc:  # the reader goes on at the next line
-                ran_on = f", read on through line {reader.line_num}" if reader.line_num > line else ""
-                start = reader.line_num + 1
+            except csv.Error as exc:
+                fix = _quote_fix(exc, lines.number > line)
+                lines.refuse_record()
                 yield (
                     line,
                     Rejected(
                         line,
-                        f"a quoted field does not end where its quote closes ({exc}{ran_on}); a field with a quote, "
-                        'a comma or a line break is written in quotes, with each quote inside it doubled ("")',
+                        f"{fix} ({exc}); the lines after it are read on their own. A field with a "
+                        'comma, a quote or a line break is written in quotes, each quote inside it doubled ("")',
                     ),
                 )
                 continue
-            start = reader.line_num + 1
             if not values:
                 continue
             if len(values) != len(header):

@@ -50,27 +50,33 @@ def test_csv_reimport_adds_nothing_and_bad_rows_are_named_by_line(db, tmp_path):
     assert count(db) == 3
 
 
-def test_an_unclosed_quote_is_a_named_row_not_two_rows_read_as_one(db, tmp_path):
-    """The lenient CSV reader ran row 2500's unclosed quote on into row 2501 and stored both as one item:
-    "Imported 4999, rejected 0" for 5,000 rows, with 2501's text inside 2500's."""
+def test_an_unclosed_quote_costs_its_own_row_and_no_other(db, tmp_path):
+    """The lenient CSV reader ran row 2500's unclosed quote on into row 2501 and stored both as one item
+    ("Imported 4999, rejected 0" for 5,000 rows); read strictly, but read on from where the reader stopped,
+    a quote never closed lost every row after it (49,999 of 100,000). Only the row with the quote is left out."""
     rows = [f'q{i},"Ticket {i}",pro' for i in range(5000)]
     rows[2500] = 'q2500,"Ticket 2500 has an unclosed quote,pro'  # line 2502 (the header is line 1)
+    rows[3000] = 'q3000,"Ticket 3000" and more,pro'  # line 3002: text after the closing quote
     rows[4000] = 'q4000,say "hi" there,pro'  # a quote inside an unquoted field is text, as in every reader
+    rows[4500] = 'q4500,"two lines,\nkept as one field",pro'  # lines 4502-4503: a quoted line break is fine
     path = tmp_path / "items.csv"
-    path.write_text("id,text,plan\n" + "\n".join(rows) + '\nq5000,"unclosed at the end\n')
+    path.write_text("id,text,plan\n" + "\n".join(rows) + '\nq5000,"unclosed at the end\nq5001,last,pro\n')
     report = import_items(db, "p", path, id_field="id")
-    assert (report.imported, report.rejected) == (4998, 2)
-    (first, second), last = report.rejects[:2], report.rejects[-1]
-    assert (first.line, second.line) == (2502, 5002)
-    assert "read on through line 2503" in first.reason and "quote" in first.reason
-    assert "unexpected end of data" in second.reason
-    assert last is second
+    assert (report.imported, report.rejected) == (4999, 3)  # 5,002 rows: all but three
+    assert [r.line for r in report.rejects] == [2502, 3002, 5003]
+    ran_on, after_quote, at_the_end = (r.reason for r in report.rejects)
+    assert ran_on.startswith("a quote opens a field here and is not closed on this line")
+    assert after_quote.startswith("text follows the closing quote of a field")
+    assert at_the_end.startswith("a quote opens a field here") and "unexpected end of data" in at_the_end
     from sqlalchemy import select
 
     from storage.models import Item
 
-    with db.read() as session:  # no item holds another row's text
-        assert not session.scalars(select(Item.external_id).where(Item.text.contains("\n"))).all()
+    with db.read() as session:
+        texts = {row.external_id: row.text for row in session.execute(select(Item.external_id, Item.text)).all()}
+    assert texts["q2501"] == "Ticket 2501" and texts["q4000"] == 'say "hi" there' and texts["q5001"] == "last"
+    assert texts["q4500"] == "two lines,\nkept as one field"
+    assert "q2500" not in texts and "q3000" not in texts and "q5000" not in texts
 
 
 def test_jsonl_without_ids_keys_on_content(db, tmp_path):
