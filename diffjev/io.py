@@ -549,7 +549,8 @@ def _jsonl_records(path: Any) -> Iterator[Any]:
             try:
                 record = json.loads(text)
             except ValueError as exc:
-                yield line, Rejected(line, f"not valid JSON ({exc.msg})")
+                # JSONDecodeError has `msg`; Python's limit on an integer's digits is a plain ValueError
+                yield line, Rejected(line, f"not valid JSON ({getattr(exc, 'msg', exc)})")
             except RecursionError:
                 yield line, Rejected(line, "JSON nested too deep to read (about 1,000 levels at most); flatten it")
             else:

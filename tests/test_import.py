@@ -103,6 +103,17 @@ def test_jsonl_without_ids_keys_on_content(db, tmp_path):
     assert import_items(db, "p", path).imported == 0
 
 
+def test_a_jsonl_integer_past_pythons_digit_limit_is_a_named_row(db, tmp_path):
+    """json.loads refuses an integer of more than 4,300 digits with a plain ValueError, which has no `msg`:
+    the import ended in a traceback (AttributeError) and stored nothing after it."""
+    path = tmp_path / "items.jsonl"
+    path.write_text('{"id": 1, "text": "a", "n": ' + "9" * 5000 + '}\n{"id": 2, "text": "b"}\n')
+    report = import_items(db, "p", path, id_field="id")
+    assert (report.imported, report.rejected) == (1, 1)
+    assert report.rejects[0].line == 1 and "not valid JSON" in report.rejects[0].reason
+    assert "digits" in report.rejects[0].reason
+
+
 def test_parquet_dataframe_and_dataset_sources(db, tmp_path):
     frame = pd.DataFrame({"text": ["a", "b", None, "c"], "n": [1, 2, 3, 4]})
     frame.to_parquet(tmp_path / "items.parquet")

@@ -59,7 +59,12 @@ def preview_cell(value: Any) -> str:
         try:
             shown = orjson.dumps(value).decode() if isinstance(value, (dict, list)) else str(value)
         except TypeError:  # an integer past 64 bits inside an object, say
-            shown = str(value)
+            try:
+                shown = str(value)
+            except ValueError:  # an integer past Python's 4,300 digits to print
+                shown = f"({type(value).__name__} too large to show)"
+        except ValueError:
+            shown = f"({type(value).__name__} too large to show)"
     if len(shown) > PREVIEW_CELL_CHARS:
         return f"{shown[:PREVIEW_CELL_CHARS]}… ({len(shown):,} characters)"
     return shown
