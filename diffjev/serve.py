@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
 import random
 import threading
@@ -177,10 +178,17 @@ def sampling_refusal(body: dict[str, Any]) -> None:
             raise RequestError(DIFFUSION_REFUSAL, name)
 
 
+_LAX_INT = TypeAdapter(int | None)
+
+
 def check_one_choice(body: dict[str, Any]) -> None:
-    """A read-only read is one canvas: `n` other than 1 would ask for choices this server never returns."""
-    n = body.get("n", 1)
-    if n is not None and (not _is_int(n) or n != 1):
+    """A read-only read is one canvas: `n` other than 1 would ask for choices this server never returns. `n`
+    is read as vLLM's request model reads it, a pydantic int (1.0, "1" and true are 1)."""
+    try:
+        n = _LAX_INT.validate_python(body.get("n", 1))
+    except ValidationError:
+        raise RequestError("n: Input should be a valid integer", "n") from None
+    if n is not None and n != 1:
         raise RequestError("n: a read-only read has one choice per prompt", "n")
 
 
@@ -786,7 +794,17 @@ def joint_diagnostics(canvases: list[Canvas]) -> list[dict[str, Any]]:
 
 def longest_field(fields: dict[str, Any]) -> str:
     """The name of the field whose JSON is longest: the one a caller past the context should shorten."""
-    return max(fields, key=lambda name: len(orjson.dumps(fields[name])))
+    return max(fields, key=lambda name: _json_size(fields[name]))
+
+
+def _json_size(value: Any) -> int:
+    try:
+        return len(orjson.dumps(value))
+    except orjson.JSONEncodeError:  # nested past orjson's 255 levels: the json module goes deeper
+        try:
+            return len(json.dumps(value, ensure_ascii=False))
+        except RecursionError:
+            return 0
 
 
 def _validated(model: type[BaseModel], body: dict[str, Any]) -> Any:

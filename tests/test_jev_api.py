@@ -140,6 +140,18 @@ def test_an_answer_that_is_no_decision_is_named_without_the_urls_password(schema
     assert f"the Jev API at {wrong.url}/v1/systemone" in str(raised.value) and "SECRETPW" not in str(raised.value)
 
 
+def test_systemone_reads_a_deeply_nested_state(vllm_server):
+    """A state nested 300 levels deep (JSON allows it; vLLM renders it with json.dumps) was a 500: measuring
+    the fields for the context error ran orjson past its 255 levels."""
+    body = json.loads(json.dumps(JEV_BODY))
+    state = 1
+    for _ in range(300):
+        state = [state]
+    body["state"] = state
+    answer = systemone(vllm_server, body)
+    assert answer.status_code == 200, answer.text
+
+
 @pytest.mark.parametrize(
     "where",
     [

@@ -166,6 +166,10 @@ def test_the_step_cap_is_the_servers_to_set(dgemma_engine):
         # with logprob_token_ids, top-k is not asked for, so any top_logprobs passes
         {"logprob_token_ids": [11262, 951], "top_logprobs": 40},
         {"logprob_token_ids": [11262, 951], "top_logprobs": -1},
+        # `n` as vLLM's pydantic int reads it: each of these is 1 (each was refused as "one choice")
+        {"n": 1.0},
+        {"n": "1"},
+        {"n": True},
     ],
 )
 def test_server_takes_what_vllm_takes(vllm_server, changes):
