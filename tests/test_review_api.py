@@ -235,18 +235,28 @@ def test_calibrate_without_a_question_answers_with_a_note(tmp_path, dgemma_engin
 
 
 def test_review_judges_the_model_by_the_adjudicated_answer_as_calibrate_does(tmp_path):
-    """An adjudicated answer is the item's truth: Review said the model agreed with the humans on an item a
-    reviewer settled against it, while Calibrate, on the same item, counted the model wrong."""
+    """An adjudicated answer is the item's truth, once an item: Review said the model agreed with the humans
+    on an item a reviewer settled against it, while Calibrate counted the model wrong; then it counted a
+    settled item once per annotator, and credited the settled answer to each of them."""
     from diffjev.services import review
 
-    db, _ = graded(tmp_path / "settled.db", [(0.9, True)] * 3)  # the model and the annotator say billing
+    db, _ = graded(tmp_path / "settled.db", [(0.5, True)] * 3)  # the model and "ann" say billing, unsure
     with db.session() as session:
         project = repo.get_project(session, "p")
         row = repo.version_schema(repo.latest_version(session, project.id))[1]["team"]
         first = session.scalars(select(Item.id).where(Item.project_id == project.id).order_by(Item.id)).first()
+        anns = session.scalar(select(Response).where(Response.item_id == first, Response.annotator == "ann"))
+        anns.source = "accepted"  # "ann" took the suggestion
+        bob = Response(item_id=first, question_id=row, annotator="bob", value="technical", source="manual")
+        session.add(bob)
+        bob.suggestion_shown, bob.status, bob.revision = False, "submitted", 1
+        session.flush()
         repo.adjudicate(session, first, row, "account", "lead", "the ticket is about a login")
     (report,) = review.question_report(db, "p")
-    assert report["model accuracy"] == round(2 / 3, 3)
+    assert report["answered"] == 4 and report["model accuracy"] == round(2 / 3, 3)  # k0 once, by "account"
     (disagreement,) = review.disagreements(db, "p")
     assert (disagreement["item"], disagreement["model"], disagreement["human"]) == ("k0", "billing", "account")
-    assert disagreement["source"] == "adjudicated"
+    assert (disagreement["annotator"], disagreement["source"]) == ("lead", "adjudicated")
+    # what "ann" accepted while the model was unsure stays what "ann" did, settled since or not
+    accepted = [r for r in review.low_confidence_accepts(db, "p") if r["item"] == "k0"]
+    assert [(r["human"], r["annotator"], r["source"]) for r in accepted] == [("billing", "ann", "accepted")]

@@ -33,10 +33,10 @@ def _pairs(db: Database, project_name: str, run: int | None = None) -> tuple[lis
                 Response.item_id,
                 Item.external_id,
                 Response.question_id,
-                # An adjudicated answer is the item's truth, as Calibrate takes it; the source stays the
-                # annotator's own act (accepted or not), which the acceptance rate counts.
-                func.coalesce(Adjudication.value, Response.value).label("value"),
+                Response.value,
+                # An adjudicated answer is the item's truth, as Calibrate takes it (see `_judged`).
                 Adjudication.value.label("settled"),
+                Adjudication.reviewer,
                 Response.annotator,
                 Response.source,
                 Response.suggestion_shown,
@@ -64,16 +64,16 @@ def question_report(db: Database, project_name: str, run: int | None = None) -> 
     for row, key in key_of.items():
         mine = [p for p in pairs if p.question_id == row]
         shown = [p for p in mine if p.suggestion_shown]
-        judged = [p for p in mine if p.answer is not None]
+        judged = [p for p in _judged(mine) if p.answer is not None]
         blind = [p for p in judged if not p.suggestion_shown]
         report.append(
             {
                 "question": key,
                 "answered": len(mine),
                 "acceptance": _rate(sum(p.source == "accepted" for p in shown), len(shown)),
-                "model accuracy": _rate(sum(p.answer == p.value for p in judged), len(judged)),
+                "model accuracy": _rate(sum(p.answer == _truth(p) for p in judged), len(judged)),
                 "blind answers": len(blind),
-                "blind accuracy": _rate(sum(p.answer == p.value for p in blind), len(blind)),
+                "blind accuracy": _rate(sum(p.answer == _truth(p) for p in blind), len(blind)),
             }
         )
     return report
@@ -81,15 +81,17 @@ def question_report(db: Database, project_name: str, run: int | None = None) -> 
 
 def disagreements(db: Database, project_name: str, limit: int = 200, run: int | None = None) -> list[dict[str, Any]]:
     pairs, key_of = _pairs(db, project_name, run)
-    return [_row(p, key_of) for p in pairs if p.answer is not None and p.answer != p.value][:limit]
+    return [_row(p, key_of) for p in _judged(pairs) if p.answer is not None and p.answer != _truth(p)][:limit]
 
 
 def low_confidence_accepts(
     db: Database, project_name: str, below: float = LOW_CONFIDENCE, limit: int = 200, run: int | None = None
 ) -> list[dict[str, Any]]:
     pairs, key_of = _pairs(db, project_name, run)
-    return [
-        _row(p, key_of) for p in pairs if p.source == "accepted" and p.confidence is not None and p.confidence < below
+    return [  # what each annotator accepted, settled since or not
+        _row(p, key_of, as_answered=True)
+        for p in pairs
+        if p.source == "accepted" and p.confidence is not None and p.confidence < below
     ][:limit]
 
 
@@ -258,15 +260,35 @@ def shown_id(item_id: int, external_id: str | None) -> str:
     return external_id if external_id is not None else str(item_id)
 
 
-def _row(p: Any, key_of: dict[int, str]) -> dict[str, Any]:
+def _judged(pairs: list[Any]) -> list[Any]:
+    """The answers the model is judged against: an adjudicated item and question once, by its settled answer
+    (as Calibrate takes it: one truth an item), else each annotator's submitted answer."""
+    settled_seen, judged = set(), []
+    for p in pairs:
+        if p.settled is not None:
+            if (p.item_id, p.question_id) in settled_seen:
+                continue
+            settled_seen.add((p.item_id, p.question_id))
+        judged.append(p)
+    return judged
+
+
+def _truth(p: Any) -> str:
+    return p.settled if p.settled is not None else p.value
+
+
+def _row(p: Any, key_of: dict[int, str], as_answered: bool = False) -> dict[str, Any]:
+    """A review table's row: the human side is the settled answer where there is one, unless `as_answered`
+    (what the annotator gave)."""
+    settled = p.settled is not None and not as_answered
     return {
         "item": shown_id(p.item_id, p.external_id),  # as on the card, and as "Change an answer" takes it
         "question": key_of[p.question_id],
         "model": p.answer,
         "confidence": round(p.confidence, 3) if p.confidence is not None else None,
-        "human": p.value,
-        "annotator": p.annotator,
-        "source": repo.ADJUDICATED if p.settled is not None else p.source,
+        "human": p.settled if settled else p.value,
+        "annotator": p.reviewer if settled else p.annotator,
+        "source": repo.ADJUDICATED if settled else p.source,
     }
 
 
