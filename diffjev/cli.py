@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from diffjev.engines.auto import ENGINE_CHOICES, EngineChoice, choose_engine
-from diffjev.engines.base import EngineError
+from diffjev.engines.base import DEFAULT_MAX_MODEL_LEN, EngineError
 from diffjev.engines.vllm import MAX_COMPLETION_PROMPTS
 from diffjev.errors import SchemaError
 from diffjev.models import ModelLoadError
@@ -454,7 +454,6 @@ def _serve_transformers(args: argparse.Namespace) -> None:
 
     from diffjev.engines.transformers import TransformersEngine
     from diffjev.models import offline_gemma_tokenizer
-    from diffjev.engines.base import DEFAULT_MAX_MODEL_LEN
     from diffjev.serve import DEFAULT_MAX_STEPS, create_app
 
     max_model_len = args.max_model_len or DEFAULT_MAX_MODEL_LEN
@@ -542,6 +541,11 @@ def _seed(text: str) -> int:
 def _canvas_width(text: str) -> int:
     if not text.strip().isdigit() or int(text) < 16 or int(text) % 16:
         raise argparse.ArgumentTypeError(f"{text!r} is not a canvas width: a multiple of 16 tokens (16, 32, 64 ...)")
+    if int(text) >= DEFAULT_MAX_MODEL_LEN:  # a canvas that fills the context leaves no room for the item
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a canvas width: it must leave room for the prompt within the {DEFAULT_MAX_MODEL_LEN} "
+            "tokens a read may take"
+        )
     return int(text)
 
 

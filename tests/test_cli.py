@@ -168,6 +168,7 @@ def test_serve_model_builds_the_vllm_command_and_says_when_vllm_is_missing():
     [
         (["--batch", "0"], "argument --batch: '0' is not a whole number of at least 1"),  # it read nothing, "completed"
         (["--canvas", "17"], "argument --canvas: '17' is not a canvas width: a multiple of 16"),  # a traceback
+        (["--canvas", "8192"], "it must leave room for the prompt within the 8192 tokens"),  # the state uncut
         (["--seed", str(2**70)], "argument --seed"),  # a database error's traceback
         (["--resume", "abc"], "--resume takes a run's id (a number)"),  # a traceback
         (["--workers", "1000"], "--workers 1000 is more than this machine can use"),  # it started them all
