@@ -210,6 +210,7 @@ class Peek:
     rejects: list[Rejected]
 
 
+MAX_COLUMN_NAME = 500  # characters, as an item's id
 PEEK_MAX_LINES = 200  # how far a preview reads for its good rows, so a file of bad rows is not read whole
 
 
@@ -230,7 +231,15 @@ def peek(source: Any, rows: int = 5, split: str = "train") -> Peek:
             break
     if columns is None:  # JSONL: the fields of the first rows, in order of appearance
         columns = list(dict.fromkeys(k for r in first for k in r))
-    return Peek([str(c) for c in columns], first, rejects)
+    columns = [str(c) for c in columns]
+    for position, name in enumerate(columns, start=1):
+        # a preview shows every name several times (table, pickers): a 2 MB name made a 16 MB page
+        if len(name) > MAX_COLUMN_NAME:
+            raise SourceError(
+                f"{source_name(source)}: column {position}'s name has {len(name):,} characters, "
+                f"over the {MAX_COLUMN_NAME} a column name may have; rename it"
+            )
+    return Peek(columns, first, rejects)
 
 
 def _peek_problem(line: int, record: Any) -> Rejected | None:

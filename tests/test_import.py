@@ -114,6 +114,21 @@ def test_a_jsonl_integer_past_pythons_digit_limit_is_a_named_row(db, tmp_path):
     assert "digits" in report.rejects[0].reason
 
 
+def test_a_preview_refuses_a_column_name_too_long_to_show(tmp_path):
+    """A 2,000,000-character column name went to the page in the table, both pickers and the state: a 16 MB
+    answer. The preview names the column and the limit."""
+    from diffjev.io import peek
+
+    path = tmp_path / "long.csv"
+    path.write_text("id,text," + "c" * 2_000_000 + "\n1,a,b\n")
+    with pytest.raises(SourceError, match="column 3's name has 2,000,000 characters, over the 500"):
+        peek(path)
+    jsonl = tmp_path / "long.jsonl"
+    jsonl.write_text('{"text": "a", "' + "k" * 600 + '": 1}\n')
+    with pytest.raises(SourceError, match="column 2's name has 600 characters"):
+        peek(jsonl)
+
+
 def test_parquet_dataframe_and_dataset_sources(db, tmp_path):
     frame = pd.DataFrame({"text": ["a", "b", None, "c"], "n": [1, 2, 3, 4]})
     frame.to_parquet(tmp_path / "items.parquet")
