@@ -144,7 +144,7 @@ def test_the_server_answers_a_batch_in_vllms_completions_shape(vllm_server):
         ({"stream": True}, "stream"),
         ({"echo": True}, "echo"),
         ({"n": 2}, "n"),
-        ({"n": True}, "n"),
+        ({"n": 1.5}, "n"),  # not an int to pydantic; `true`, 1.0 and "1" are 1 to it, as to vLLM's request model
         ({"prompt_logprobs": 5}, "prompt_logprobs"),
         ({"suffix": "}"}, "suffix"),  # vLLM: FIM rendering only, from text prompts; DiffusionGemma has none
         ({"model": "another"}, "model"),
@@ -155,6 +155,11 @@ def test_the_server_refuses_a_completions_read_as_vllm_does(vllm_server, changes
     answer = completion(vllm_server, **changes)
     assert answer.status_code in (400, 404), answer.text
     assert answer.json()["error"]["param"] == param
+
+
+def test_the_server_reads_n_as_vllms_pydantic_int(vllm_server):
+    for one in (1.0, "1", True):  # each was refused as "one choice per prompt"
+        assert completion(vllm_server, n=one).status_code == 200
 
 
 def test_an_answer_short_of_its_prompts_fails_each_read_by_name(tokenizer, schema):
