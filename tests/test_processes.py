@@ -100,6 +100,15 @@ def _pid_holding(client_port: int, pids: list[int]) -> int | None:
     return None
 
 
+def _still_running(pid: int) -> bool:
+    """Whether `pid` still runs: not a zombie waiting to be reaped, nor reaped already."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def test_a_worker_killed_mid_run_loses_no_read_and_is_started_again(
     tmp_path, vllm_server, dgemma_engine, tiny_model_folder, tokenizer
 ):
@@ -126,7 +135,7 @@ def test_a_worker_killed_mid_run_loses_no_read_and_is_started_again(
             if not killed and seen[owner] == 2:
                 killed.append((pids.index(owner), owner))
                 os.kill(owner, signal.SIGKILL)
-                while open(f"/proc/{owner}/stat").read().split(")")[-1].split()[0] != "Z":
+                while _still_running(owner):
                     time.sleep(0.01)  # dead before this request could be answered
         return await call_next(request)
 
