@@ -162,7 +162,7 @@ def read_rows(
             if needed is not None and needed not in columns:
                 raise SourceError(
                     f"{source_name(source)}: no column {needed!r} for {flag}; its columns are "
-                    f"{', '.join(map(str, columns))}"
+                    f"{', '.join(map(str, columns))}{_separator_hint(columns)}"
                 )
         for name in context_fields or ():
             if name not in columns:
@@ -186,6 +186,16 @@ def _with_image(row: Row, record: dict[str, Any], image: ImageColumn) -> Row | R
     except ImageSourceError as exc:
         raise SourceError(f"line {row.line}, image field {image.field!r}: {exc}") from None
     return dataclasses.replace(row, image=found)
+
+
+def _separator_hint(columns: Sequence[Any]) -> str:
+    """A CSV header read as one column that holds semicolons or tabs: the file was saved with another
+    separator (as spreadsheets in many locales save it), and only commas separate CSV columns here."""
+    if len(columns) == 1:
+        for name, mark in (("semicolons", ";"), ("tabs", "\t")):
+            if mark in str(columns[0]):
+                return f". The file looks separated by {name}: save it with commas as the separator"
+    return ""
 
 
 def _check_column_names(source: Any, columns: Sequence[Any], used: Sequence[Any]) -> None:

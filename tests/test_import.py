@@ -129,6 +129,15 @@ def test_a_preview_refuses_a_column_name_too_long_to_show(tmp_path):
         peek(jsonl)
 
 
+@pytest.mark.parametrize("separator, name", [(";", "semicolons"), ("\t", "tabs")])
+def test_a_csv_saved_with_another_separator_says_so(db, tmp_path, separator, name):
+    """A spreadsheet in many locales saves CSV with semicolons: the refusal only listed "id;text" as the columns."""
+    path = tmp_path / "items.csv"
+    path.write_text(f"id{separator}text\n1{separator}Site down\n")
+    with pytest.raises(SourceError, match=f"looks separated by {name}: save it with commas"):
+        import_items(db, "p", path, id_field="id")
+
+
 def test_parquet_dataframe_and_dataset_sources(db, tmp_path):
     frame = pd.DataFrame({"text": ["a", "b", None, "c"], "n": [1, 2, 3, 4]})
     frame.to_parquet(tmp_path / "items.parquet")
