@@ -689,9 +689,9 @@ def create_app(
             schema = req.upstream_schema()
         except UpstreamError as exc:
             raise RequestError(str(exc), "questions") from None
-        longest = longest_field({"state": req.state, "instructions": req.instructions, "questions": body["questions"]})
+        fields = {"state": req.state, "instructions": req.instructions, "questions": body["questions"]}
         canvases, joint = await run_in_threadpool(
-            decision_canvases, schema, req.state, req.instructions or "", req.joint, longest
+            decision_canvases, schema, req.state, req.instructions or "", req.joint, fields
         )
         reads = await run_in_threadpool(locked, read_upstream, engine, canvases)
         return await answer(
@@ -726,8 +726,8 @@ def create_app(
         except UpstreamError as exc:
             raise RequestError(str(exc), "questions") from None
         # The Decisions API has no instructions field: the input alone is the state.
-        longest = longest_field({"input": body.get("input"), "questions": body.get("questions")})
-        canvases, _ = await run_in_threadpool(decision_canvases, schema, req.input_text(), "", req.joint, longest)
+        fields = {"input": body.get("input"), "questions": body.get("questions")}
+        canvases, _ = await run_in_threadpool(decision_canvases, schema, req.input_text(), "", req.joint, fields)
         reads = await run_in_threadpool(locked, read_upstream, engine, canvases)
         answers = [decision_answer(asked, reads[q.id]) for q, asked in zip(schema.questions, req.questions)]
         input_tokens = sum(len(c.prompt_ids) for c in canvases)
@@ -748,12 +748,12 @@ def create_app(
         )
 
     def decision_canvases(
-        schema: Schema, state: Any, instructions: str, joint: bool, longest: str
+        schema: Schema, state: Any, instructions: str, joint: bool, fields: dict[str, Any]
     ) -> tuple[list[Canvas], bool]:
         """The canvases a read takes, and whether they are joint. As vLLM 0.33: one question reads best on
         its own prompt, and where the joint answer lines do not fit the tokenizer the read falls back to one
-        canvas per question, with a warning. A read past the context names `longest`, the request's
-        longest field, as the one to shorten."""
+        canvas per question, with a warning. A read past the context names the longest of the request's
+        `fields` as the one to shorten."""
 
         def per_question() -> list[Canvas]:
             try:
@@ -771,8 +771,9 @@ def create_app(
                 canvases, joint = per_question(), False
         # The builder cuts a state to the model's own context; this host's (--max-model-len) may be shorter,
         # and questions and instructions are never cut.
-        for canvas in canvases:
-            check_context(len(canvas.prompt_ids), "the questions, instructions and state", longest)
+        most_tokens = max((len(canvas.prompt_ids) for canvas in canvases), default=0)
+        if most_tokens > prompt_limit:  # the fields are measured only then: a read's state may be megabytes
+            check_context(most_tokens, "the questions, instructions and state", longest_field(fields))
         return canvases, joint
 
     return app

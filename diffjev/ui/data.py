@@ -53,21 +53,24 @@ PREVIEW_CELL_CHARS = 300  # a 10 MB value sent whole made the page 21.5 MB; its 
 
 
 def preview_cell(value: Any) -> str:
-    if value is None or isinstance(value, str):
-        shown = value or ""
-    else:
-        try:
-            shown = orjson.dumps(value).decode() if isinstance(value, (dict, list)) else str(value)
-        except TypeError:  # an integer past 64 bits inside an object, say
-            try:
-                shown = str(value)
-            except ValueError:  # an integer past Python's 4,300 digits to print
-                shown = f"({type(value).__name__} too large to show)"
-        except ValueError:
-            shown = f"({type(value).__name__} too large to show)"
+    shown = _cell_text(value)
     if len(shown) > PREVIEW_CELL_CHARS:
         return f"{shown[:PREVIEW_CELL_CHARS]}… ({len(shown):,} characters)"
     return shown
+
+
+def _cell_text(value: Any) -> str:
+    if value is None or isinstance(value, str):
+        return value or ""
+    try:
+        if isinstance(value, (dict, list)):
+            try:
+                return orjson.dumps(value).decode()
+            except TypeError:  # an integer past 64 bits inside an object, say: Python's own text
+                pass
+        return str(value)
+    except ValueError:  # an integer past the 4,300 digits Python prints
+        return f"({type(value).__name__} too large to show)"
 
 
 # Columns that name an item rather than say something about it: preselected as the id, never as context.
