@@ -12,6 +12,7 @@ import json
 import math
 import time
 import uuid
+from base64 import b64decode
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Callable, Literal
 
@@ -20,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from fastapi.security import HTTPBasic, HTTPBasicCredentials
+from starlette.requests import HTTPConnection
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
 from diffjev.auth_throttle import LoginThrottle, Throttled
@@ -136,28 +137,41 @@ def password_matches(allowed: PasswordBook, username: str, password: str) -> boo
     return allowed.matches(username, password)
 
 
-def basic_auth(users: list[tuple[str, str]] | None, throttle: LoginThrottle | None = None) -> list:
-    """With logins configured, the API asks for the same user and password (HTTP Basic), with the same
-    backoff after failed attempts (429 and Retry-After while it lasts)."""
-    if not users:
-        return []
-    allowed = PasswordBook(users)
-    throttle = throttle or LoginThrottle.from_env()
-    security = HTTPBasic()
+class BasicLogin:
+    """The Jev API's HTTP Basic login: the studio's users and passwords, with the same backoff after failed
+    attempts (429 and Retry-After while it lasts). The studio's access gate checks it before a body is read;
+    the API's routes check it again (a password checked once is remembered, so that costs little)."""
 
-    def check(request: Request, credentials: HTTPBasicCredentials = Depends(security)) -> str:
-        address = request.client.host if request.client else "unknown"
+    def __init__(self, users: list[tuple[str, str]], throttle: LoginThrottle | None = None):
+        self.allowed = PasswordBook(users)
+        self.throttle = throttle or LoginThrottle.from_env()
+
+    def user(self, connection: HTTPConnection) -> str:
+        """The signed-in user, or HTTPException (401 without the right password, 429 while refused)."""
+        scheme, _, encoded = connection.headers.get("authorization", "").partition(" ")
         try:
-            ok = throttle.check(
-                credentials.username,
-                address,
-                lambda: password_matches(allowed, credentials.username, credentials.password),
-            )
+            username, sep, password = b64decode(encoded, validate=True).decode().partition(":")
+        except (ValueError, UnicodeDecodeError):
+            sep = ""
+        if scheme.lower() != "basic" or not sep:
+            raise HTTPException(401, "Not authenticated", headers={"WWW-Authenticate": "Basic"})
+        address = connection.client.host if connection.client else "unknown"
+        try:
+            ok = self.throttle.check(username, address, lambda: password_matches(self.allowed, username, password))
         except Throttled as exc:
             raise HTTPException(429, str(exc), headers={"Retry-After": str(math.ceil(exc.seconds))}) from None
         if not ok:
             raise HTTPException(401, "wrong user or password", headers={"WWW-Authenticate": "Basic"})
-        return credentials.username
+        return username
+
+
+def basic_auth(login: BasicLogin | None) -> list:
+    """With logins configured, every route of the API asks for the user and password (HTTP Basic)."""
+    if login is None:
+        return []
+
+    def check(request: Request) -> str:
+        return login.user(request)
 
     return [Depends(check)]
 
@@ -185,8 +199,9 @@ def error_response(
         429: "RateLimitError",
         503: "ServiceUnavailableError",
     }.get(status, "InternalServerError")
+    # `detail` beside vLLM's `error`: what FastAPI's clients and System One clients read; vLLM's ignore it.
     return JSONResponse(
-        {"error": {"message": message, "type": kind, "param": param, "code": status}},
+        {"error": {"message": message, "type": kind, "param": param, "code": status}, "detail": message},
         status_code=status,
         headers=headers,
     )
@@ -233,16 +248,16 @@ class VLLMErrorRoute(APIRoute):
 
 def jev_router(
     engine_now: Callable[[], Engine],
-    users: list[tuple[str, str]] | None = None,
-    throttle: LoginThrottle | None = None,
+    basic_login: BasicLogin | None = None,
     may_read: Callable[[str], bool] | None = None,
 ) -> APIRouter:
-    login = basic_auth(users, throttle)
+    login = basic_auth(basic_login)
     dependencies = login + ([membership(login[0], may_read)] if login and may_read else [])
     router = APIRouter(dependencies=dependencies, route_class=VLLMErrorRoute)
 
     @router.post("/v1/systemone")
     def systemone(request: StagedDecisionRequest, http: Request) -> dict[str, Any]:
+        started = time.perf_counter()
         if request.images or request.audio or request.videos:
             raise Refused(400, "this studio reads text states only; send no images, audio or videos", "images")
         try:
@@ -284,9 +299,16 @@ def jev_router(
             "diagnostics": jev_diagnostics(decision),
             # As vLLM 0.33: a single question is never read jointly, so its key is null even when asked.
             "joint": studio_joint(decision) if request.joint and len(schema.questions) > 1 else None,
+            "latency_ms": elapsed_ms(started),
         }
 
     return router
+
+
+def elapsed_ms(started: float) -> float:
+    """Milliseconds since `started` (time.perf_counter): a read's `latency_ms`, which System One clients and
+    harnesses read and vLLM's own clients ignore."""
+    return round((time.perf_counter() - started) * 1000, 3)
 
 
 def studio_joint(decision: Any) -> dict[str, Any] | None:

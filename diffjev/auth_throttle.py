@@ -3,6 +3,11 @@ auth alike: after `DIFFJEV_LOGIN_FAILURES` failures in a row (default 5) the use
 refused for `DIFFJEV_LOGIN_BACKOFF` seconds (default 1), doubling with each further failure up to 15
 minutes. Every failure is logged with the user and the address, never the password.
 
+A user's backoff binds only the addresses that have failed in the last 15 minutes: otherwise anyone could
+keep a user locked out by failing as them from address after address. So the user signs in from their own
+address while an attacker's are refused; the price is that an attacker with many fresh addresses gets one
+guess from each before that address is bound too (its own backoff then applies).
+
 Gradio calls the login check with the user and password only, so a small ASGI middleware keeps each
 request's client address in a context variable for it.
 """
@@ -54,8 +59,12 @@ class LoginThrottle:
         keys = {f"user {username!r}": f"user:{username}", f"address {address}": f"address:{address}"}
         now = self.clock()
         with self._lock:
+            from_here = self._failures.get(keys[f"address {address}"])
+            clean_address = from_here is None or now - from_here.last > FORGET_AFTER
             for who, key in keys.items():
                 entry = self._failures.get(key)
+                if key.startswith("user:") and clean_address:
+                    continue  # other addresses' failures do not lock the user out of this one
                 if entry is not None and entry.locked_until > now:
                     raise Throttled(who, entry.locked_until - now)
         if password_ok():

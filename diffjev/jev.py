@@ -115,8 +115,12 @@ def _upstream_options(qid: str, kind: str, criteria: Any) -> list[tuple[str, str
             raise UpstreamError(f"question {qid!r}: choice criteria must map option names to a description or null")
         return [(str(name), text(desc)) for name, desc in criteria.items()]
     if kind == "yes_no":
+        if isinstance(criteria, str):  # a client's plain description of what makes the answer yes
+            criteria = {"true": criteria}
         if criteria is not None and (not isinstance(criteria, dict) or not criteria.keys() <= {"true", "false"}):
-            raise UpstreamError(f"question {qid!r}: noul criteria must be an object with true and false")
+            raise UpstreamError(
+                f"question {qid!r}: noul criteria must be an object with true and false, or the text of yes"
+            )
         criteria = criteria or {}
         return [("yes", text(criteria.get("true"))), ("no", text(criteria.get("false")))]
     if not isinstance(criteria, list) or len(criteria) < 2:

@@ -70,10 +70,19 @@ class PasswordBook:
         self.stored = dict(users)
         self._key = secrets.token_bytes(32)
         self._known: dict[str, bytes] = {}
+        # What an unknown name is checked against, so that it costs what a known one does and the time of
+        # a refusal tells no one which names exist: a hash of the same cost where any user has one.
+        hashed = next((stored for stored in self.stored.values() if is_hash(stored)), None)
+        if hashed is not None:
+            n, r, p, _, _ = check_hash(hashed)
+            self._stand_in = hash_password(secrets.token_hex(16), n, r, p)
+        else:
+            self._stand_in = secrets.token_hex(16)
 
     def matches(self, username: str, password: str) -> bool:
         stored = self.stored.get(username)
         if stored is None:
+            verify(self._stand_in, password)
             return False
         digest = hmac.new(self._key, f"{username}\0{password}".encode(), "sha256").digest()
         known = self._known.get(username)

@@ -38,7 +38,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from diffjev.api import DecisionRequest, StructuredDecisionRequest, decision_answer, error_response, validation_param
+from diffjev.api import (
+    DecisionRequest,
+    StructuredDecisionRequest,
+    decision_answer,
+    elapsed_ms,
+    error_response,
+    validation_param,
+)
 from diffjev.canvas import DEFAULT_MAX_WIDTH, MAX_CHARS_PER_TOKEN, Canvas
 from diffjev.engines.base import DEFAULT_MAX_MODEL_LEN
 from diffjev.engines.transformers import TransformersEngine
@@ -712,6 +719,7 @@ def create_app(
                 },
                 # As vLLM 0.33: null unless read jointly (one question reads on its own prompt, joint or not).
                 "joint": {"canvases": joint_diagnostics(canvases)} if joint else None,
+                "latency_ms": elapsed_ms(started),
             },
         )
 

@@ -157,11 +157,14 @@ class Access:
 
 def project_access(session: Session, project_name: str, user: str, admin: bool) -> Access | None:
     """The user's access to the project, or None where they may not open it: not a member, an annotator of
-    an archived project, or no such project.
+    an archived project, or no such project (a name no project can have, such as one holding a NUL that
+    PostgreSQL cannot even compare, is not looked up).
 
     A project that restricts its members restricts its reviewers too. A project that names no reviewers
     is run by every member, as before roles existed; naming reviewers leaves the other members answering
     only. An archived project is open to its admins and named reviewers alone."""
+    if not isinstance(project_name, str) or not PROJECT_NAME.fullmatch(project_name):
+        return None
     found = session.execute(
         select(Project.id, Project.members, Project.reviewers, Project.archived_at, Project.created_at).where(
             Project.name == project_name

@@ -3,6 +3,7 @@ cannot leave their folder; uploads with a size limit; secrets that never reach a
 
 import html
 import json
+import logging
 import os
 import re
 import subprocess
@@ -24,7 +25,7 @@ from diffjev.services.importing import dataset_source, import_items
 from storage import repo
 from storage.db import Database
 from storage.models import Event, Item, Response, Run
-from conftest import SERVED_NAME, free_port
+from conftest import SERVED_NAME, TICKETS, free_port
 from studio_fixtures import serve_studio, studio_db
 
 USERS = [("alice", "a-secret"), ("bob", "b-secret")]
@@ -583,21 +584,22 @@ def test_the_page_before_a_login_holds_none_of_the_projects_questions(tmp_path, 
         assert "Which band?" in str(shown)
 
 
-def hub_session_cookie(user: str, expires_in: float = 3600) -> str:
-    """The cookie Gradio's OAuth callback leaves after a Hugging Face sign-in, signed with the Space's key."""
+def hub_session_cookie(user: str, expires_in: float = 3600, **oauth_info) -> str:
+    """The cookie Gradio's OAuth callback leaves after a Hugging Face sign-in, signed with the Space's key;
+    `oauth_info` replaces its fields (None leaves one out)."""
     from base64 import b64encode
 
     from itsdangerous import TimestampSigner
 
     from diffjev.ui.access import hub_session_secret
 
-    session = {
-        "oauth_info": {
-            "access_token": "hf_oauth_token",
-            "expires_at": time.time() + expires_in,
-            "userinfo": {"preferred_username": user, "name": user},
-        }
+    info = {
+        "access_token": "hf_oauth_token",
+        "expires_at": time.time() + expires_in,
+        "userinfo": {"preferred_username": user, "name": user},
     }
+    info = {k: v for k, v in {**info, **oauth_info}.items() if v is not None}
+    session = {"oauth_info": info}
     return TimestampSigner(hub_session_secret()).sign(b64encode(json.dumps(session).encode())).decode()
 
 
@@ -648,11 +650,24 @@ def test_hub_sign_in_is_required_everywhere_and_checked_against_members(tmp_path
         refused = dave.get("/")
         assert refused.status_code == 403 and "dave" in refused.text and "not a member" in refused.text
         assert MARK not in refused.text
-        carol = httpx.Client(base_url=server.url, timeout=30, cookies={"session": hub_session_cookie("carol")})
+        for malformed in (
+            hub_session_cookie("carol", expires_at=None),  # no lifetime: refused, never kept for good
+            hub_session_cookie("carol", expires_at="tomorrow"),  # a 500 before
+            hub_session_cookie("carol", expires_at=[1]),
+            hub_session_cookie("carol", userinfo="carol"),
+        ):
+            assert httpx.get(f"{server.url}/config", cookies={"session": malformed}).status_code == 401
+        cookie = hub_session_cookie("carol")
+        carol = httpx.Client(base_url=server.url, timeout=30, cookies={"session": cookie})
         assert carol.get("/").status_code == 200
         event, said = gradio_call(carol, "annotate_start", "team", "Least confidence first")
         assert event == "complete" and MARK in said, said
         assert gradio_call(carol, "review_change", "t0", "team", "billing")[0] == "complete"  # the card's id
+        carol.get("/logout")
+        copied = httpx.Client(base_url=server.url, timeout=30, cookies={"session": cookie})
+        assert copied.get("/config").status_code == 401  # signing out revokes the cookie, copies included
+        other = httpx.Client(base_url=server.url, timeout=30, cookies={"session": hub_session_cookie("carol")})
+        assert other.get("/config").status_code == 200  # carol's other sign-ins are her own
     with db.read() as session:  # the answer carries the Hub username
         assert session.scalars(select(Response.annotator)).all() == ["carol"]
 
@@ -686,6 +701,36 @@ def test_the_studio_will_not_listen_beyond_localhost_without_a_login(tmp_path):
     assert listening_refusal("127.0.0.1", None, False) is None
     assert listening_refusal("0.0.0.0", [("a", "b")], False) is None
     assert listening_refusal("0.0.0.0", None, True) is None
+
+
+def test_hub_sign_in_is_on_only_where_gradio_does_real_oauth(tmp_path):
+    """Off a Space Gradio mocks the sign-in (its callback signs anyone in as the server's Hub user), and
+    without OAUTH_CLIENT_SECRET the cookie's key is sha256("-v4"): neither may turn Hub sign-in on."""
+    from diffjev.ui.access import hub_sign_in_configured, hub_sign_in_refusal
+
+    space = {"OAUTH_CLIENT_ID": "id", "OAUTH_CLIENT_SECRET": "secret", "SYSTEM": "spaces", "SPACE_ID": "team/s"}
+    assert hub_sign_in_configured(space) and hub_sign_in_refusal(space) is None
+    assert not hub_sign_in_configured({}) and hub_sign_in_refusal({}) is None
+    for missing, says in (
+        ("SYSTEM", "only on a Space"),
+        ("SPACE_ID", "only on a Space"),
+        ("OAUTH_CLIENT_SECRET", "OAUTH_CLIENT_SECRET is not set"),
+    ):
+        env = {k: v for k, v in space.items() if k != missing}
+        assert not hub_sign_in_configured(env) and says in hub_sign_in_refusal(env), missing
+    env = {**os.environ, "GRADIO_SERVER_NAME": "0.0.0.0", "DIFFJEV_DB": str(tmp_path / "x.db"), "OAUTH_CLIENT_ID": "id"}
+    for name in ("DIFFJEV_USERS", "SYSTEM", "SPACE_ID", "DIFFJEV_ALLOW_ANONYMOUS"):
+        env.pop(name, None)
+    done = subprocess.run(
+        [sys.executable, "app.py"],
+        cwd=Path(__file__).parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and "Hugging Face sign-in works only on a Space" in done.stderr, done.stderr[-2000:]
+    assert "DIFFJEV_USERS" in done.stderr and not (tmp_path / "x.db").exists()
 
 
 def test_a_non_member_reaches_no_route_and_no_endpoint(tmp_path, dgemma_engine):
@@ -788,3 +833,199 @@ def test_two_studios_on_one_host_share_no_files(tmp_path, tiny_model_folder):
         for proc, _ in apps:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+# Requests from other sites, bodies before sign-in ------------------------------------------------------------
+
+STUDIO_HOST = "labels.example.org"  # as behind a reverse proxy or on a Space: a real host name, not localhost
+FOREIGN = "https://attacker.example"
+
+
+def every_route(server, export) -> list[tuple[str, str]]:
+    found = [(m, p) for m, p in routes(server.server.config.app.routes) if "{" not in p or "path_or_url" in p]
+    named = [("POST", "/gradio_api/queue/join"), ("POST", "/gradio_api/upload"), ("GET", "/config?project=x")]
+    return [(m, p.replace("{path_or_url:path}", str(export))) for m, p in named + found]
+
+
+def test_another_sites_page_is_refused_on_every_route_even_with_the_users_cookie(studio):
+    server, context = studio
+    alice = logged_in(server, USERS[0])
+    alice.headers["Host"] = STUDIO_HOST
+    asked, answered = 0, []
+    for method, path in every_route(server, context.export_dir / "labels.jsonl"):
+        for headers in (
+            {"Origin": FOREIGN},
+            {"Origin": "null"},  # a sandboxed frame or a file:// page
+            {"Origin": f"https://{STUDIO_HOST}.attacker.example"},
+            {"Referer": f"{FOREIGN}/page"} if method not in ("GET", "HEAD", "OPTIONS") else {"Origin": FOREIGN},
+        ):
+            response = alice.request(method, path, headers=headers, json={"data": []} if method == "POST" else None)
+            asked += 1
+            assert "access-control-allow-origin" not in response.headers, (method, path, headers)
+            assert MARK not in response.text and PROJECT not in response.text, (method, path)
+            if response.status_code != 403:
+                answered.append(f"{method} {path} {headers}: {response.status_code}")
+    assert asked > 150 and answered == [], "answered another site: " + "; ".join(answered[:10])
+    preflight = alice.options(
+        "/gradio_api/queue/join", headers={"Origin": FOREIGN, "Access-Control-Request-Method": "POST"}
+    )
+    assert preflight.status_code == 403 and "access-control-allow-origin" not in preflight.headers
+    refused = alice.get("/config", headers={"Origin": FOREIGN})
+    assert "another site" in refused.json()["detail"] and "DIFFJEV_ALLOWED_ORIGINS" in refused.json()["detail"]
+    # the studio's own page, on whatever port it is served, and requests sent by no browser page
+    for own in (f"https://{STUDIO_HOST}", f"http://{STUDIO_HOST}"):
+        assert alice.get("/config", headers={"Origin": own}).status_code == 200, own
+    assert alice.get("/config").status_code == 200
+    own_event, said = gradio_call(alice, "annotate_start", "team", "Least confidence first")
+    assert own_event == "complete" and MARK in said
+
+
+def test_a_listed_origin_and_a_spaces_own_page_are_answered_and_no_other(
+    tmp_path, dgemma_engine, hub_space, monkeypatch
+):
+    monkeypatch.setenv("DIFFJEV_ALLOWED_ORIGINS", "https://tools.example.org, http://localhost:3000")
+    db = studio_db(tmp_path / "space.db", [f"{MARK}: charged twice"], dgemma_engine, name="payroll")
+    with db.session() as session:
+        repo.set_members(session, "payroll", ["carol"], "owner")
+    server, _ = serve_studio(db, dgemma_engine, name="payroll")
+    space_host = "team-studio.hf.space"
+    cookie = hub_session_cookie("carol")
+    with server:
+        carol = httpx.Client(base_url=server.url, timeout=30, cookies={"session": cookie}, headers={"Host": space_host})
+        upload = {"files": ("note.txt", b"hello", "text/plain")}
+        for method, path, extra in [
+            ("GET", "/config", {}),
+            ("GET", "/gradio_api/info", {}),
+            ("POST", "/gradio_api/upload", {"files": upload}),
+            ("POST", "/v1/systemone", {"json": {}}),
+        ]:
+            refused = carol.request(method, path, headers={"Origin": FOREIGN}, **extra)
+            assert refused.status_code == 403, (path, refused.status_code)
+            assert (
+                "access-control-allow-origin" not in refused.headers
+                and "access-control-allow-credentials" not in refused.headers
+            )
+        # inside the Space's iframe the page is the Space's own origin
+        assert carol.get("/config", headers={"Origin": f"https://{space_host}"}).status_code == 200
+        stored = carol.post("/gradio_api/upload", files=upload, headers={"Origin": f"https://{space_host}"})
+        assert stored.status_code == 200 and len(stored.json()) == 1
+        listed = carol.get("/config", headers={"Origin": "https://tools.example.org"})
+        assert listed.status_code == 200
+        assert listed.headers["access-control-allow-origin"] == "https://tools.example.org"
+        assert listed.headers["access-control-allow-credentials"] == "true"
+        preflight = carol.options(
+            "/gradio_api/info",
+            headers={"Origin": "http://localhost:3000", "Access-Control-Request-Method": "GET"},
+            cookies={},
+        )
+        assert (
+            preflight.status_code == 200 and preflight.headers["access-control-allow-origin"] == "http://localhost:3000"
+        )
+
+
+def test_allowed_origins_are_read_strictly():
+    from diffjev.ui.access import allowed_origins
+
+    assert allowed_origins({"DIFFJEV_ALLOWED_ORIGINS": "https://A.example.org:443/, http://h:8080"}) == {
+        "https://a.example.org",
+        "http://h:8080",
+    }
+    for bad in ("a.example.org", "https://a.example.org/path", "ftp://a.example.org"):
+        with pytest.raises(ValueError, match="DIFFJEV_ALLOWED_ORIGINS.*is not an origin"):
+            allowed_origins({"DIFFJEV_ALLOWED_ORIGINS": bad})
+
+
+def raw_request(server, head: str, wait: float = 10) -> bytes:
+    """Sends a request's head and none of its body; the whole answer the server gives meanwhile (b'' if
+    none comes within `wait` seconds: it waits for the body)."""
+    import socket
+
+    said = b""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=wait) as sock:
+        sock.sendall(head.encode())
+        try:
+            while b"\r\n\r\n" not in said or len(said.partition(b"\r\n\r\n")[2]) < answer_length(said):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                said += chunk
+        except TimeoutError:
+            pass
+    return said
+
+
+def answer_length(said: bytes) -> int:
+    found = re.search(rb"(?i)content-length: *(\d+)", said.partition(b"\r\n\r\n")[0])
+    return int(found.group(1)) if found else 0
+
+
+def test_a_body_is_not_read_before_the_sign_in_and_is_capped_per_route(studio):
+    server, _ = studio
+    big = 300 * 1024 * 1024
+    for path in ("/gradio_api/queue/join", "/v1/systemone", "/gradio_api/upload", "/gradio_api/run/accept"):
+        said = raw_request(
+            server,
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {big}\r\n\r\n",
+        )
+        assert said.startswith(b"HTTP/1.1 401"), (path, said[:200])  # answered with 300 MB still unsent
+    wrong = raw_request(
+        server,
+        "POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Basic YWxpY2U6bm9wZQ==\r\n"  # alice:nope
+        f"Content-Length: {big}\r\n\r\n",
+    )
+    assert wrong.startswith(b"HTTP/1.1 401") and b"wrong user or password" in wrong
+    alice = logged_in(server, USERS[0])
+    cookie = "; ".join(f"{k}={v}" for k, v in alice.cookies.items())
+    for path in ("/gradio_api/queue/join", "/gradio_api/upload", "/login"):
+        said = raw_request(
+            server, f"POST {path} HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nContent-Length: {big}\r\n\r\n"
+        )
+        assert said.startswith(b"HTTP/1.1 413") and b"DIFFJEV_MAX_BODY" in said, (path, said[:300])
+    basic = raw_request(
+        server,
+        "POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Basic YWxpY2U6YS1zZWNyZXQ=\r\n"  # a-secret
+        f"Content-Length: {big}\r\n\r\n",
+    )
+    assert basic.startswith(b"HTTP/1.1 413"), basic[:300]
+    # a body with no length, streamed past the cap (16 MB by default), is cut off as it arrives
+    streamed = alice.post(
+        "/gradio_api/queue/join",
+        content=(b"x" * 1024 * 1024 for _ in range(20)),
+        headers={"Content-Type": "application/json"},
+    )
+    assert streamed.status_code == 413 and "DIFFJEV_MAX_BODY" in streamed.json()["detail"]
+    assert alice.get("/config").status_code == 200  # and the studio goes on serving
+
+
+def test_a_project_name_no_project_can_have_is_no_such_project_and_logged_cut(studio, caplog):
+    server, _ = studio
+    alice = logged_in(server, USERS[0])
+    caplog.set_level(logging.WARNING, logger="diffjev")
+    long_name = "p" * 5000
+    for name in ("bad\x00name", long_name, "../etc"):
+        refused = alice.get("/config", params={"project": name})
+        assert refused.status_code == 403 and "that alice can open" in refused.json()["detail"], name
+        assert len(refused.text) < 1000
+    logged = [r.getMessage() for r in caplog.records if "may not open project" in r.getMessage()]
+    assert len(logged) == 3 and all(len(line) < 400 for line in logged), [len(line) for line in logged]
+    assert any("\\x00" in line for line in logged)
+
+
+def test_a_nul_in_a_project_name_is_no_such_project_on_postgresql(postgres):
+    import uuid
+
+    import sqlalchemy as sa
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(postgres.url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    admin.dispose()
+    db = Database(postgres.url.rsplit("/", 1)[0] + f"/{name}")
+    with db.session() as session:
+        repo.create_project(session, "payroll", Schema.from_dict({**TICKETS, "samples": 1}), "owner")
+    with db.read() as session:
+        assert repo.project_access(session, "payroll", "alice", admin=False) is not None
+        assert repo.project_access(session, "pay\x00roll", "alice", admin=False) is None
+        assert repo.project_access(session, "pay\x00roll", "alice", admin=True) is None
+    db.engine.dispose()

@@ -18,14 +18,21 @@ import html
 import json
 import logging
 import os
+import threading
 import time
 from base64 import b64decode
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 import gradio as gr
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import HTTPConnection
 from starlette.responses import HTMLResponse, JSONResponse
+
+from diffjev.api import error_response
 
 log = logging.getLogger("diffjev")
 
@@ -63,9 +70,35 @@ def uploaded_file(value: Any) -> str:
 # Hugging Face sign-in -------------------------------------------------------------------------------------
 
 
-def hub_sign_in_configured() -> bool:
-    """A Space with `hf_oauth: true` in its front matter sets OAUTH_CLIENT_ID: visitors sign in with Hugging Face."""
-    return bool(os.environ.get("OAUTH_CLIENT_ID"))
+def on_a_space(env: Mapping[str, str] | None = None) -> bool:
+    """Where Gradio does real OAuth with the Hub: on a Space (SYSTEM=spaces and SPACE_ID, as
+    gradio.utils.get_space reads them). Anywhere else Gradio mocks the sign-in routes, and its callback signs
+    anyone in as the server's own Hub user."""
+    env = os.environ if env is None else env
+    return env.get("SYSTEM") == "spaces" and bool(env.get("SPACE_ID"))
+
+
+def hub_sign_in_configured(env: Mapping[str, str] | None = None) -> bool:
+    """A Space with `hf_oauth: true` in its front matter sets OAUTH_CLIENT_ID and OAUTH_CLIENT_SECRET:
+    visitors sign in with Hugging Face. Only there: without the secret Gradio signs its session cookie
+    with a key anyone can compute, and off a Space its sign-in is a mock."""
+    env = os.environ if env is None else env
+    return bool(env.get("OAUTH_CLIENT_ID")) and bool(env.get("OAUTH_CLIENT_SECRET")) and on_a_space(env)
+
+
+def hub_sign_in_refusal(env: Mapping[str, str] | None = None) -> str | None:
+    """Why OAUTH_CLIENT_ID cannot turn Hub sign-in on here, or None where it is unset or can."""
+    env = os.environ if env is None else env
+    if not env.get("OAUTH_CLIENT_ID") or hub_sign_in_configured(env):
+        return None
+    if not on_a_space(env):
+        why = "Hugging Face sign-in works only on a Space (SYSTEM=spaces and SPACE_ID set by Spaces)"
+    else:
+        why = "OAUTH_CLIENT_SECRET is not set, so the sign-in cookie would be signed with a key anyone knows"
+    return (
+        f"OAUTH_CLIENT_ID is set, but {why}; here anyone could sign in as anyone. Unset OAUTH_CLIENT_ID and "
+        "give logins with DIFFJEV_USERS=user:password,..."
+    )
 
 
 def hub_session_secret() -> str:
@@ -75,13 +108,38 @@ def hub_session_secret() -> str:
     return hashlib.sha256(((oauth.OAUTH_CLIENT_SECRET or "") + "-v4").encode()).hexdigest()
 
 
-def signed_in_hub_user(connection: HTTPConnection) -> str | None:
-    """The Hugging Face username of a signed-in visitor, read from Gradio's signed session cookie; None
-    when there is no valid one. Read-only: Gradio's own session middleware writes the cookie."""
+class SignedOutSessions:
+    """Hub session cookies whose user signed out: refused until they would have expired anyway.
+
+    Gradio's sign-out only empties the cookie in the browser that asked, so a copy of it would go on
+    working until its sign-in expires. Kept in memory: a restart forgets them, and every session still
+    ends at its `expires_at` and at most SESSION_MAX_AGE after it was signed."""
+
+    def __init__(self) -> None:
+        self._until: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(cookie: str) -> str:
+        return hashlib.sha256(cookie.encode()).hexdigest()
+
+    def revoke(self, cookie: str, until: float) -> None:
+        now = time.time()
+        with self._lock:
+            self._until = {key: end for key, end in self._until.items() if end > now}
+            self._until[self._key(cookie)] = until
+
+    def revoked(self, cookie: str) -> bool:
+        with self._lock:
+            return self._until.get(self._key(cookie), 0.0) > time.time()
+
+
+def hub_session(cookie: str | None, signed_out: SignedOutSessions | None = None) -> tuple[str, float] | None:
+    """(Hugging Face username, when the sign-in expires) of a valid session cookie, else None: unsigned,
+    too old, signed out, expired, or with no `expires_at` (every session has a lifetime)."""
     from itsdangerous import BadSignature, TimestampSigner
 
-    cookie = connection.cookies.get("session")
-    if not cookie:
+    if not cookie or (signed_out is not None and signed_out.revoked(cookie)):
         return None
     try:
         data = TimestampSigner(hub_session_secret()).unsign(cookie.encode(), max_age=SESSION_MAX_AGE)
@@ -89,20 +147,152 @@ def signed_in_hub_user(connection: HTTPConnection) -> str | None:
     except (BadSignature, ValueError):
         return None
     info = session.get("oauth_info") if isinstance(session, dict) else None
-    if not isinstance(info, dict) or (info.get("expires_at") or float("inf")) < time.time():
-        return None  # never signed in, or the sign-in expired (as Gradio's own OAuth profile treats it)
-    user = (info.get("userinfo") or {}).get("preferred_username")
-    return user if isinstance(user, str) and user else None
+    if not isinstance(info, dict):
+        return None  # never signed in
+    expires = info.get("expires_at")
+    if isinstance(expires, bool) or not isinstance(expires, (int, float)) or not expires > time.time():
+        return None  # no lifetime, not a number, or past it (as Gradio's own OAuth profile treats it)
+    userinfo = info.get("userinfo")
+    user = userinfo.get("preferred_username") if isinstance(userinfo, dict) else None
+    return (user, float(expires)) if isinstance(user, str) and user else None
+
+
+def signed_in_hub_user(connection: HTTPConnection) -> str | None:
+    """The Hugging Face username of a signed-in visitor, read from Gradio's signed session cookie; None
+    when there is no valid one (the gate has refused a signed-out one already). Read-only: Gradio's own
+    session middleware writes the cookie."""
+    found = hub_session(connection.cookies.get("session"))
+    return found[0] if found else None
+
+
+# Requests from other sites ------------------------------------------------------------------------------
+
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
+def allowed_origins(env: Mapping[str, str] | None = None) -> frozenset[str]:
+    """DIFFJEV_ALLOWED_ORIGINS: the other origins (`https://host[:port]`, comma-separated) whose pages may
+    call the studio with its users' cookies, besides the studio's own."""
+    env = os.environ if env is None else env
+    found = set()
+    for entry in env.get("DIFFJEV_ALLOWED_ORIGINS", "").split(","):
+        entry = entry.strip().rstrip("/")
+        if not entry:
+            continue
+        parts = urlsplit(entry)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path or parts.query:
+            raise ValueError(
+                f"DIFFJEV_ALLOWED_ORIGINS: {entry[:200]!r} is not an origin; give scheme and host, such as "
+                "https://labels.example.org or http://localhost:3000"
+            )
+        found.add(normal_origin(entry))
+    return frozenset(found)
+
+
+def normal_origin(origin: str) -> str | None:
+    """`scheme://host[:port]`, lower case and without its scheme's default port; None for "null" or junk."""
+    try:
+        parts = urlsplit(origin.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    shown_port = "" if port in (None, DEFAULT_PORTS[parts.scheme]) else f":{port}"
+    return f"{parts.scheme}://{host}{shown_port}"
+
+
+def same_host(origin: str, host_header: str) -> bool:
+    """Whether an origin names the host the request was sent to (its Host header). The scheme is not
+    compared: behind a proxy or on a Space, TLS ends before the studio, which sees plain HTTP."""
+    origin_parts = urlsplit(origin)
+    try:
+        host_parts = urlsplit(f"//{host_header.strip()}")
+        ports = origin_parts.port or DEFAULT_PORTS[origin_parts.scheme], host_parts.port
+    except (ValueError, KeyError):
+        return False
+    if not host_parts.hostname or origin_parts.hostname != host_parts.hostname.lower():
+        return False
+    origin_port, host_port = ports
+    return host_port == origin_port or (host_port is None and origin_port in (80, 443))
+
+
+def cross_site_refusal(scope: dict, allowed: frozenset[str]) -> str | None:
+    """Why a request from another site's page is refused, or None: its Origin (on a state-changing request
+    without one, its Referer) is neither the studio's own origin nor a listed one. A request naming neither
+    is not a browser's cross-site request (browsers send Origin on every cross-site fetch and form post)."""
+    headers = Headers(scope=scope)
+    origin = headers.get("origin")
+    if origin is None and scope.get("method", "GET") not in SAFE_METHODS and headers.get("referer"):
+        origin = headers["referer"]
+    if origin is None:
+        return None
+    normal = normal_origin(origin)
+    if normal is not None and (normal in allowed or same_host(normal, headers.get("host", ""))):
+        return None
+    return (
+        f"refused a request from another site ({shown_name(origin, 100)}): only this studio's own pages, "
+        "and origins listed in DIFFJEV_ALLOWED_ORIGINS, may call it"
+    )
+
+
+# Request bodies ---------------------------------------------------------------------------------------------
+
+UPLOAD_PATHS = ("/gradio_api/upload", "/upload")
+LOGIN_PATHS = ("/login", "/login/")
+LOGIN_BODY = 64 * 1024  # a user name and a password: a login form needs no more
+MULTIPART_SLACK = 1024 * 1024  # an upload's own size limit is Gradio's, per file; this is the whole body's
+
+
+def byte_size(setting: str, raw: str) -> int:
+    """A size in Gradio's syntax ("16mb", "500kb", "1gb" or bytes), or ValueError naming the setting."""
+    from gradio.utils import _parse_file_size
+
+    try:
+        size = _parse_file_size(raw.strip().lower())
+    except (ValueError, AttributeError):
+        size = None
+    if not size or size < 1:
+        raise ValueError(f"{setting}={raw[:100]!r} is not a size: give one such as 16mb, 500kb or 1gb")
+    return size
+
+
+class BodyTooLarge(StarletteHTTPException):
+    """A body past its route's cap, found while it streams in (no Content-Length, or a false one)."""
+
+    def __init__(self, limit: int):
+        super().__init__(413, body_refusal(limit))
+
+
+def body_refusal(limit: int) -> str:
+    return (
+        f"the request body is over this route's limit of {limit:,} bytes; send less, or raise "
+        "DIFFJEV_MAX_BODY (DIFFJEV_MAX_UPLOAD for uploads)"
+    )
+
+
+def shown_name(name: str, width: int = 80) -> str:
+    """A name from a request as logs and messages show it: at most `width` characters, printable."""
+    text = name if len(name) <= width else name[:width] + f"… ({len(name):,} characters)"
+    return text.encode("unicode_escape").decode("ascii")
 
 
 # The gate ---------------------------------------------------------------------------------------------------
 
 
 class AccessGate:
-    """ASGI middleware: every request of a signed-in user is checked against the project's members.
+    """ASGI middleware, in front of every route:
 
-    `password_user` resolves a password login (Gradio's session token); with `hub_sign_in`, visitors must
-    be signed in with Hugging Face on every route but the sign-in's own."""
+    1. a request from another site's page is refused (403), whatever cookie it carries;
+    2. a request needing a sign-in that has none is refused (401) before its body is read; a body is
+       refused (413) past its route's cap, by its Content-Length or while it streams in;
+    3. the signed-in user must be able to open the project the request names.
+
+    `password_user` resolves a password login (Gradio's session token); `api_user` checks the Jev API's HTTP
+    Basic login (raising the HTTPException to answer with); with `hub_sign_in`, visitors must be signed in
+    with Hugging Face on every route but the sign-in's own."""
 
     def __init__(
         self,
@@ -110,49 +300,130 @@ class AccessGate:
         *,
         may_use: Callable[[str, str | None], bool],
         password_user: Callable[[HTTPConnection], str | None] | None = None,
+        api_user: Callable[[HTTPConnection], str] | None = None,
         hub_sign_in: bool = False,
+        signed_out: SignedOutSessions | None = None,
+        origins: frozenset[str] = frozenset(),
+        max_body: int = 16 * 1024 * 1024,
+        max_upload: int = 200 * 1024 * 1024,
     ):
         self.app, self.may_use = app, may_use
-        self.password_user, self.hub_sign_in = password_user, hub_sign_in
+        self.password_user, self.api_user, self.hub_sign_in = password_user, api_user, hub_sign_in
+        self.signed_out, self.origins = signed_out or SignedOutSessions(), origins
+        self.max_body, self.max_upload = max_body, max_upload
+
+    def body_limit(self, path: str) -> int:
+        if path in LOGIN_PATHS:
+            return LOGIN_BODY
+        if path in UPLOAD_PATHS:
+            return self.max_upload + MULTIPART_SLACK
+        return self.max_body
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         connection = HTTPConnection(scope)
-        path = scope.get("path", "")
+        path, method = scope.get("path", ""), scope.get("method", "WS")
+        refusal = cross_site_refusal(scope, self.origins)
+        if refusal:
+            log.warning("%s %s: %s", method, shown_name(path), refusal)
+            await self._refuse(scope, receive, send, 403, refusal)
+            return
+        if method == "OPTIONS" and "access-control-request-method" in connection.headers:
+            await self.app(scope, receive, send)  # a listed origin's preflight: CORS answers it, no cookie sent
+            return
         user = None
         if self.hub_sign_in:
-            user = signed_in_hub_user(connection)
+            found = hub_session(connection.cookies.get("session"), self.signed_out)
+            user = found[0] if found else None
             if user is None and path not in SIGN_IN_ROUTES:
-                await self._refuse(scope, receive, send, 401, sign_in_page(), "sign in with Hugging Face first")
+                await self._refuse(scope, receive, send, 401, "sign in with Hugging Face first", sign_in_page())
                 return
         elif self.password_user is not None:
             user = self.password_user(connection)
+            if user is None and path.startswith("/v1/") and self.api_user is not None:
+                try:
+                    user = self.api_user(connection)
+                except StarletteHTTPException as exc:
+                    await self._refuse(scope, receive, send, exc.status_code, str(exc.detail), headers=exc.headers)
+                    return
+            if user is None and method not in SAFE_METHODS and path not in LOGIN_PATHS:
+                await self._refuse(scope, receive, send, 401, "log in first")  # before the body is read
+                return
+        limit = self.body_limit(path)
+        length = connection.headers.get("content-length", "")
+        if scope["type"] == "http" and length and (not length.isdigit() or int(length) > limit):
+            await self._refuse(scope, receive, send, 413, body_refusal(limit))
+            return
         open_to_all = path == "/logout" or path.startswith(ASSET_PREFIXES)  # anyone may sign out
         project = connection.query_params.get("project") or None
         if user is not None and not open_to_all and not self.may_use(user, project):
-            log.warning("refused %s %s: %r may not open project %r", scope.get("method", "WS"), path, user, project)
+            log.warning(
+                "refused %s %s: %r may not open project %s",
+                method,
+                shown_name(path),
+                user,
+                shown_name(repr(project)),
+            )
             # The same words whether the project exists or not: nothing is learnt of others' projects.
+            shown = shown_name(project) if project else None
             detail = (
-                f"no project named {project!r} that {user} can open"
-                if project
+                f"no project named {shown!r} that {user} can open"
+                if shown
                 else f"{user} is not a member of any project"
             )
-            await self._refuse(scope, receive, send, 403, not_a_member_page(user, project), detail)
+            await self._refuse(scope, receive, send, 403, detail, not_a_member_page(user, shown))
             return
-        await self.app(scope, receive, send)
+        if self.hub_sign_in and path == "/logout":
+            self._sign_out(connection)
+        await self.app(scope, capped(receive, limit) if scope["type"] == "http" else receive, send)
+
+    def _sign_out(self, connection: HTTPConnection) -> None:
+        cookie = connection.cookies.get("session")
+        found = hub_session(cookie, self.signed_out)
+        if cookie and found:
+            self.signed_out.revoke(cookie, found[1])
 
     @staticmethod
-    async def _refuse(scope: dict, receive: Any, send: Any, status: int, page: str, detail: str) -> None:
+    async def _refuse(
+        scope: dict,
+        receive: Any,
+        send: Any,
+        status: int,
+        detail: str,
+        page: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
-        wants_page = scope.get("method") == "GET" and scope.get("path") in ("/", "")
-        # "error" is what Gradio's page shows of a refused event; "detail" what FastAPI's clients read
-        body = {"detail": detail, "error": detail, "visible": True, "title": "Not allowed"}
-        response = HTMLResponse(page, status) if wants_page else JSONResponse(body, status)
+        wants_page = page is not None and scope.get("method") == "GET" and scope.get("path") in ("/", "")
+        if scope.get("path", "").startswith("/v1/"):  # the Jev API answers as vLLM does, `detail` beside
+            response = error_response(detail, status, headers=dict(headers or {}))
+        elif wants_page:
+            response = HTMLResponse(page, status, headers=dict(headers or {}))
+        else:
+            # "error" is what Gradio's page shows of a refused event; "detail" what FastAPI's clients read
+            body = {"detail": detail, "error": detail, "visible": True, "title": "Not allowed"}
+            response = JSONResponse(body, status, headers=dict(headers or {}))
         await response(scope, receive, send)
+
+
+def capped(receive: Any, limit: int) -> Any:
+    """`receive`, refusing (413, through the app's own exception handling) once the body passes `limit`."""
+    seen = 0
+
+    async def receive_capped() -> dict:
+        nonlocal seen
+        message = await receive()
+        if message.get("type") == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise BodyTooLarge(limit)
+        return message
+
+    return receive_capped
 
 
 # A member removed while their page is open: the gate refuses each of the page's events (403), and Gradio's

@@ -15,11 +15,12 @@ import gradio as gr
 import uvicorn
 from fastapi import FastAPI, HTTPException
 from sqlalchemy import select
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import HTTPConnection
 from starlette.routing import Mount
 
 from diffjev import passwords
-from diffjev.api import jev_router, password_matches
+from diffjev.api import BasicLogin, jev_router, password_matches
 from diffjev.auth_throttle import ClientAddress, LoginThrottle, Throttled, current_address
 from diffjev.demo import DEMO_PROJECT_SCHEMA, demo_tickets
 from diffjev.engines.auto import EngineChoice, check_choice, choose_engine
@@ -36,7 +37,16 @@ from storage import repo
 from storage.db import Database
 from storage.models import Project
 from diffjev.ui import adjudicate, annotate, data, item_view, items, playground, project, projects, review
-from diffjev.ui.access import REFUSED_EVENTS_JS, AccessGate, hub_sign_in_configured, signed_in_hub_user
+from diffjev.ui.access import (
+    REFUSED_EVENTS_JS,
+    AccessGate,
+    SignedOutSessions,
+    allowed_origins,
+    byte_size,
+    hub_sign_in_configured,
+    hub_sign_in_refusal,
+    signed_in_hub_user,
+)
 from diffjev.ui.context import NoProject, Studio, md_text, quiet_without_project
 
 log = logging.getLogger("diffjev")
@@ -263,7 +273,8 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
     def may_read(user: str) -> bool:  # the Jev API holds no project's data: a member of any project may read
         return may_use(user, None)
 
-    app.include_router(jev_router(lambda: studio.slot.engine, auth, throttle, may_read))
+    basic_login = BasicLogin(auth, throttle) if auth else None
+    app.include_router(jev_router(lambda: studio.slot.engine, basic_login, may_read))
     if auth or hub_sign_in:  # the mounted Gradio app would serve its own OpenAPI schema here
 
         @app.get("/openapi.json", include_in_schema=False)
@@ -296,11 +307,23 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
         )
         return gradio_app.tokens.get(token) if token else None
 
+    origins = allowed_origins()
+    # Gradio's own CORS answers any origin with credentials once the host is not localhost; it stands aside
+    # when the app it is mounted in configures CORS. So this one does: listed origins only (the gate has
+    # refused every other site's request before it gets here).
+    app.add_middleware(
+        CORSMiddleware, allow_origins=sorted(origins), allow_credentials=True, allow_methods=["*"], allow_headers=["*"]
+    )
     app.add_middleware(
         AccessGate,
         may_use=may_use,
         password_user=password_user if auth else None,
+        api_user=basic_login.user if basic_login else None,
         hub_sign_in=hub_sign_in,
+        signed_out=SignedOutSessions(),
+        origins=origins,
+        max_body=byte_size("DIFFJEV_MAX_BODY", os.environ.get("DIFFJEV_MAX_BODY", "16mb")),
+        max_upload=byte_size("DIFFJEV_MAX_UPLOAD", studio.max_upload),
     )
     return app
 
@@ -326,8 +349,15 @@ def main(listening: Listening | None = None) -> None:
     try:
         auth = users_from_env()
         refusal = listening_refusal(listening.host, auth, hub_sign_in_configured())  # before any slow work
+        mocked_sign_in = hub_sign_in_refusal() if auth is None else None
+        if mocked_sign_in and listening.host not in LOCAL_HOSTS:
+            raise ValueError(mocked_sign_in)
         if refusal:
             raise ValueError(refusal)
+        if mocked_sign_in:
+            log.warning("Hugging Face sign-in is off: %s", mocked_sign_in)
+        allowed_origins()  # a malformed origin is said at start-up
+        byte_size("DIFFJEV_MAX_BODY", os.environ.get("DIFFJEV_MAX_BODY", "16mb"))
         check_choice(EngineChoice())  # a wrong engine setting is said now, not after the page is up
         db = Database(default_db_location())
         name, created = ensure_project(db)
