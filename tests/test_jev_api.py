@@ -11,7 +11,7 @@ from diffjev import EngineError, Schema, SchemaError, read, read_many
 from diffjev.decide import slot_distribution
 from diffjev.engines import JevAPIEngine
 from diffjev.jev import question_canvas
-from conftest import SERVED_NAME, STATES, TICKETS
+from conftest import SERVED_NAME, STATES, TICKETS, LocalServer
 from faulty_servers import closed_port_url
 
 JEV_BODY = {
@@ -175,3 +175,43 @@ def test_systemone_refuses_a_read_past_the_context_before_any_forward(vllm_serve
     assert error["param"] == where[0] and error["message"].endswith(f"reduce the length of the {where[0]}.")
     assert time.perf_counter() - started < 20
     assert systemone(vllm_server, JEV_BODY).status_code == 200  # and the server reads on
+
+
+def test_a_public_system_one_client_reads_both_servers_answers_and_errors(vllm_server, dgemma_engine):
+    """systemone-client (a public client of this API) sends a noul's criteria as text, reads `latency_ms`
+    from an answer and `detail` from a refusal: serve-model and the studio's own route give it all three."""
+    from fastapi import FastAPI
+    from systemone import Choice, Client, Noul, Score, SystemOneError
+
+    from diffjev.api import jev_router
+
+    app = FastAPI()
+    app.include_router(jev_router(lambda: dgemma_engine))
+    questions = {
+        "urgent": Noul("Does the customer need a reply within the hour?", criteria="they cannot work at all"),
+        "team": Choice("Which team should handle it?", {"billing": None, "technical": "bugs, outages"}),
+        "tone": Score("How upset is the customer?", ["calm", "annoyed", "furious"]),
+    }
+    with LocalServer(app) as studio:
+        for server in (vllm_server, studio):
+            with Client(server.url, model=SERVED_NAME) as client:
+                answer = client.system_one(STATES[0], questions)
+                assert 0 <= answer.nouls["urgent"].noul <= 1 and answer.choices["team"].choice in (
+                    "billing",
+                    "technical",
+                )
+                assert set(answer.scores["tone"].probabilities) == {"0", "1", "2"}
+                assert isinstance(answer.latency_ms, float) and answer.latency_ms > 0
+                assert answer.usage.input_tokens > 0
+                with pytest.raises(SystemOneError) as refused:
+                    client.system_one(STATES[0], {"urgent": {"type": "noul", "criteria": 7}})
+                assert refused.value.status == 400
+                assert "noul criteria must be an object with true and false, or the text of yes" in refused.value.detail
+            # the text of yes is read as the description of yes, as {"true": text} is
+            as_text = {"type": "noul", "instructions": "Urgent?", "criteria": "they cannot work at all"}
+            as_object = {**as_text, "criteria": {"true": "they cannot work at all"}}
+            read_text, read_object = (
+                systemone(server, {"model": SERVED_NAME, "state": STATES[0], "questions": {"u": q}}).json()
+                for q in (as_text, as_object)
+            )
+            assert read_text["answers"] == read_object["answers"]

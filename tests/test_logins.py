@@ -109,3 +109,36 @@ def test_a_malformed_hash_in_diffjev_users_is_named_with_the_fix(monkeypatch):
         r"diffjev hash-password",
     ):
         users_from_env()
+
+
+def from_address(address: str) -> httpx.Client:
+    """A client whose requests come from another loopback address (127.0.0.0/8 is all this machine's)."""
+    return httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=30)
+
+
+def test_failures_from_other_addresses_do_not_lock_a_user_out_of_their_own(studio):
+    attackers = [from_address(f"127.0.0.{k}") for k in range(2, 2 + ALLOWED + 1)]
+    for attacker in attackers:  # one wrong guess from each of several addresses: alice's count passes the limit
+        attacker.post(f"{studio.url}/login", data={"username": "alice", "password": "guess"})
+    refused = attackers[0].post(f"{studio.url}/login", data={"username": "alice", "password": "a-secret"})
+    assert refused.status_code == 429 and "user 'alice'" in refused.json()["detail"]  # bound where it failed
+    own = from_address("127.0.0.1").post(f"{studio.url}/login", data={"username": "alice", "password": "a-secret"})
+    assert own.json() == {"success": True}  # her own address, with no failures of its own, is not locked out
+    assert api(studio, "alice", "a-secret").json()["object"] == "structured_decision"
+
+
+def test_an_unknown_user_name_costs_the_same_scrypt_as_a_known_one(monkeypatch):
+    """The time of a refusal says nothing of which names exist: an unknown name is checked against a
+    stand-in hash of the same cost as the stored ones."""
+    from diffjev import passwords
+
+    book = passwords.PasswordBook([("alice", "a-secret"), ("bob", hash_password("b-secret", n=2**12, r=4))])
+    costs = []
+    real = passwords._scrypt
+    monkeypatch.setattr(
+        passwords, "_scrypt", lambda pw, salt, n, r, p: costs.append((n, r, p)) or real(pw, salt, n, r, p)
+    )
+    assert not book.matches("bob", "wrong") and costs == [(2**12, 4, 1)]
+    assert not book.matches("nobody", "wrong") and costs == [(2**12, 4, 1)] * 2
+    assert not passwords.PasswordBook([("alice", "a-secret")]).matches("nobody", "x")  # plain: nothing to hash
+    assert len(costs) == 2
