@@ -229,3 +229,25 @@ def test_the_export_buttons_quick_form_imports_its_answers_and_says_how_to_bring
     assert done.returncode == 0, done.stderr
     assert "0 items (5 already there)" in done.stdout
     assert len(project_bundle(Database(db_path), "button").runs) == 2
+
+
+def test_argillas_hub_layout_is_refused_in_one_line_never_read_as_no_items(tmp_path):
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    hub = tmp_path / "tickets"
+    shutil.copytree(ARGILLA / ".argilla", hub / ".argilla")  # the layout Dataset.to_hub writes: records in Parquet
+    (hub / "data").mkdir()
+    records = json.loads((ARGILLA / "records.json").read_text())
+    rows = {"id": [r["id"] for r in records], "text": [next(iter(r["fields"].values())) for r in records]}
+    pq.write_table(pa.table(rows), hub / "data" / "train-00000-of-00001.parquet")
+    db_path = tmp_path / "hub.db"
+    done = cli("import-project", "--db", str(db_path), "--project", "tickets", "--from", "argilla", str(hub))
+    assert done.returncode != 0 and "created project" not in done.stdout, done.stdout
+    said = done.stderr.strip().splitlines()
+    assert len(said) == 1 and "Hub layout" in said[0] and "to_disk" in said[0], said
+    (hub / "data" / "train-00000-of-00001.parquet").unlink()
+    done = cli("import-project", "--db", str(db_path), "--project", "tickets", "--from", "argilla", str(hub))
+    assert done.returncode != 0 and "records.json" in done.stderr and "Dataset.to_disk" in done.stderr

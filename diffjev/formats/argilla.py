@@ -94,11 +94,24 @@ def read_argilla(folder: str | Path) -> Bundle:
     derived, targets = _schema_from_settings(settings, text_field, str(settings_file))
     schema, targets = _with_sidecar(folder / SIDECAR, derived, targets)
     records_file = folder / RECORDS
-    raw_records = _load_json(records_file, list, "a list of records") if records_file.exists() else []
+    if not records_file.exists():
+        raise InterchangeError(str(records_file), None, None, _no_records(folder))
+    raw_records = _load_json(records_file, list, "a list of records")
     bundle = Bundle(schema=schema, records=[], text_field=text_field, source=str(folder))
     for n, raw in enumerate(raw_records):
         bundle.records.append(_read_record(raw, n, text_field, targets, schema, bundle, str(records_file)))
     return bundle
+
+
+def _no_records(folder: Path) -> str:
+    """Why a folder with Argilla's settings and no records.json is refused, rather than read as no records."""
+    if any(folder.glob("**/*.parquet")):
+        return (
+            "no such file: this is Argilla's Hub layout (Dataset.to_hub, records in Parquet), which diffjev does "
+            "not read; load it with rg.Dataset.from_hub(...) and save it with dataset.to_disk(folder), then "
+            "import that folder"
+        )
+    return "no such file; give the folder Argilla's Dataset.to_disk wrote (it writes records.json beside .argilla/)"
 
 
 def _load_json(path: Path, shape: type, what: str) -> Any:
