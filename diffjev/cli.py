@@ -36,6 +36,7 @@ from diffjev.engines.base import DEFAULT_MAX_MODEL_LEN, EngineError
 from diffjev.engines.vllm import MAX_COMPLETION_PROMPTS
 from diffjev.errors import SchemaError
 from diffjev.models import ModelLoadError
+from diffjev.settings import quiet_libraries
 
 DEFAULT_CANVAS = 64
 
@@ -810,6 +811,7 @@ def main(argv: list[str] | None = None) -> None:
     from storage.repo import Conflict, NotFound, StaleWrite
 
     args = parser().parse_args(argv)
+    quiet_libraries()
     if getattr(args, "tiny", False) and args.backend == "vllm" and not args.model:
         args.backend = "transformers"  # --tiny alone means the in-process server
     try:

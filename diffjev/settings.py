@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -56,6 +58,12 @@ SETTINGS: tuple[Setting, ...] = (
         "users (comma-separated) who create, archive and delete projects and run every project",
     ),
     Setting("DIFFJEV_ALLOW_ANONYMOUS", "unset", "1: listen beyond localhost with no login, on purpose"),
+    Setting(
+        "DIFFJEV_ALLOWED_ORIGINS",
+        "unset: the studio's own pages only",
+        "other sites (https://host[:port], comma-separated) whose pages may call the studio with its users' cookies",
+    ),
+    Setting("DIFFJEV_MAX_BODY", "16mb", "the largest request body a route but uploads reads (413 past it)"),
     Setting("DIFFJEV_LOGIN_FAILURES", "5", "failed logins in a row before a user or an address must wait"),
     Setting("DIFFJEV_LOGIN_BACKOFF", "1", "seconds of that first wait, doubling with each further failure"),
     Setting("DIFFJEV_IMPORT_DIR", "./imports", "saved datasets a user may import by folder name"),
@@ -71,10 +79,30 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("DIFFJEV_OVERLAP", "10", "percent of items answered by two annotators"),
     Setting("DIFFJEV_CSV_ESCAPE", "1", "0: write CSV cells verbatim, spreadsheet formulas unescaped"),
+    Setting("DIFFJEV_LIBRARY_WARNINGS", "unset", "1: show the model libraries' own warnings in the log"),
     Setting("HF_HUB_OFFLINE", "unset", "1: never ask the Hugging Face Hub for a model"),
     Setting("HF_ENDPOINT", "https://huggingface.co", "the Hub that models are fetched from"),
     Setting("HF_TOKEN", "unset", "a Hub token, for pushing an export to the Hub"),
 )
+
+
+# The libraries whose warnings are theirs to fix, not the user's: transformers alone warns once per read.
+LIBRARIES = ("transformers", "torch", "accelerate", "gguf", "datasets", "huggingface_hub", "gradio", "pyarrow")
+
+
+def quiet_libraries(env: Mapping[str, str] | None = None) -> None:
+    """Keeps the model libraries' warnings (deprecations, future changes) out of the log, unless
+    DIFFJEV_LIBRARY_WARNINGS=1 asks for them: a pre-labeling run printed one FutureWarning per read."""
+    env = os.environ if env is None else env
+    if env.get("DIFFJEV_LIBRARY_WARNINGS", "").strip() == "1":
+        return
+    for category in (FutureWarning, DeprecationWarning, PendingDeprecationWarning):
+        warnings.filterwarnings("ignore", category=category)
+    for library in LIBRARIES:
+        warnings.filterwarnings("ignore", module=rf"{library}(\..*)?$")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # its logger's notices, read when it is imported
+    if "transformers" in sys.modules:  # imported already: its logger has read the setting
+        sys.modules["transformers"].logging.set_verbosity_error()
 
 
 class SettingError(ValueError):

@@ -164,3 +164,17 @@ def test_offline_fallback_reads_with_the_real_gemma_270m(schema):
     for answer in d.answers.values():
         assert sum(answer.probabilities.values()) == pytest.approx(1.0)
         assert 0 < answer.label_mass <= 1
+
+
+def test_the_autoregressive_engine_passes_its_cache_as_the_installed_transformers_names_it(
+    causal_lm, tokenizer, schema
+):
+    """transformers renamed `past_key_values` to `cache` and warns at every call that passes the old name:
+    a pre-labeling run printed one FutureWarning per read."""
+    import warnings
+
+    one = dataclasses.replace(schema, sampling=dataclasses.replace(schema.sampling, samples=1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for mode in ("sequential", "options"):
+            read(one, STATES[0], AutoregressiveEngine(causal_lm, tokenizer, mode=mode))

@@ -131,6 +131,10 @@ def test_it_serves_on_gradio_server_port_before_port_and_prints_the_url(tmp_path
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    # the model libraries' own warnings (transformers' FutureWarning at every read) stay out of the log
+    logged = "".join(said) + proc.stdout.read()
+    open("/tmp/logged.txt", "w").write(logged)
+    assert "Warning" not in logged, logged[-2000:]
 
 
 def test_the_host_is_localhost_else_every_address_on_a_space():
@@ -181,3 +185,25 @@ def test_the_fallback_notice_is_one_readable_line_without_the_network_error(tmp_
         assert "\n" not in header and header.startswith("⚠️ **Pre-labels from:** FALLBACK: the offline")
     finally:
         chosen.engine.close()
+
+
+@pytest.mark.parametrize("asked, shown", [("", False), ("1", True)])
+def test_library_warnings_stay_out_of_the_log_unless_asked_for(tmp_path, asked, shown):
+    script = (
+        "import warnings\n"
+        "from diffjev.settings import quiet_libraries\n"
+        "quiet_libraries()\n"
+        "warnings.warn_explicit('cache is renamed', FutureWarning, 'capture.py', 1, module='transformers.utils.x')\n"
+        "warnings.warn_explicit('a library notice', UserWarning, 'gguf_reader.py', 2, module='gguf.gguf_reader')\n"
+        "warnings.warn_explicit('our own', UserWarning, 'read.py', 3, module='diffjev.read')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=studio_env(tmp_path, DIFFJEV_LIBRARY_WARNINGS=asked),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert ("cache is renamed" in done.stderr) is shown and ("a library notice" in done.stderr) is shown
+    assert "our own" in done.stderr  # the studio's own warnings are never hidden

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import math
 import re
 import time
@@ -37,6 +38,19 @@ from diffjev.models import (
 from diffjev.schema import Question, Schema
 from diffjev.spans import Span, SpanAnswer
 from diffjev.staging import is_staged, read_in_stages, skip_record
+
+
+def cache_kwarg(model: Any, cache: Any) -> dict[str, Any]:
+    """The KV cache as the model's forward takes it: `cache` since transformers renamed it (it warns at every
+    call given `past_key_values`, one FutureWarning per read), `past_key_values` before."""
+    return {"cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values": cache}
+
+
+def kv_cache(output: Any) -> Any:
+    """The KV cache a forward returned, under either of transformers' names for it."""
+    found = getattr(output, "cache", None)
+    return found if found is not None else output.past_key_values
+
 
 MODES = ("single", "sequential", "options")
 OFFLINE_MODE = "options"
@@ -221,7 +235,7 @@ class AutoregressiveEngine(CanvasEngine):
                 where[qid][2].append(len(rows) if len(option) > 1 else where[qid][1])
                 if len(option) > 1:
                     rows.append(question + option[:-1])
-        hidden = self._hidden_after(prefix.past_key_values, rows)
+        hidden = self._hidden_after(kv_cache(prefix), rows)
         return {qid: self._score_options(hidden, *where[qid], tokens.options[qid]) for qid in tokens.prompts}
 
     def _hidden_after(self, prefix_cache: Any, rows: list[list[int]]) -> torch.Tensor:
@@ -232,7 +246,7 @@ class AutoregressiveEngine(CanvasEngine):
         cache = copy.deepcopy(prefix_cache)
         cache.batch_repeat_interleave(len(rows))
         return self.model.model(
-            input_ids=torch.tensor(padded, device=self.device), past_key_values=cache, use_cache=True
+            input_ids=torch.tensor(padded, device=self.device), use_cache=True, **cache_kwarg(self.model.model, cache)
         ).last_hidden_state
 
     def _score_options(
@@ -299,7 +313,7 @@ class AutoregressiveEngine(CanvasEngine):
         out: list[list[float]] = []
         for first in range(0, len(rows), self.batch_size):
             batch = [[prompt[-1]] + ids for ids in rows[first : first + self.batch_size]]
-            hidden = self._hidden_after(prefix.past_key_values, batch)
+            hidden = self._hidden_after(kv_cache(prefix), batch)
             for r, ids in enumerate(rows[first : first + self.batch_size]):
                 logprobs = head_logprobs(self.model, hidden[r, : len(ids) + 1])
                 written = logprobs[torch.arange(len(ids)), torch.tensor(ids)].cumsum(0)
@@ -332,9 +346,9 @@ class AutoregressiveEngine(CanvasEngine):
         out: dict[str, SlotRead] = {}
         for qid, position in sorted(canvas.slots.items(), key=lambda kv: kv[1]):
             step = pending + ids[fed:position]
-            reuse = {} if cache is None else {"past_key_values": cache}
+            reuse = {} if cache is None else cache_kwarg(self.model.model, cache)
             result = self.model.model(input_ids=torch.tensor([step], device=self.device), use_cache=True, **reuse)
-            cache = result.past_key_values
+            cache = kv_cache(result)
             logprobs = head_logprobs(self.model, result.last_hidden_state[0, -1:]).cpu()
             out[qid] = slot_reads(logprobs, _one_slot(canvas, qid))[qid]
             # Fill the slot with the question's top label before reading the next one.

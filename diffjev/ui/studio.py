@@ -32,7 +32,7 @@ from diffjev.schema import Schema
 from diffjev.services.importing import import_items
 from diffjev.services.annotation import run_model
 from diffjev.services.prelabel import interrupt_stale_runs, latest_reading_run, prelabel_quick_first
-from diffjev.settings import Listening, start_listening
+from diffjev.settings import Listening, quiet_libraries, start_listening
 from storage import repo
 from storage.db import Database
 from storage.models import Project
@@ -344,6 +344,7 @@ def main(listening: Listening | None = None) -> None:
     """`python app.py`: the port is bound first (a taken one is said at once), the page serves within
     seconds, and the model loads in the background while the header says so."""
     listening = listening or start_listening()
+    quiet_libraries()
     logging.basicConfig(level=logging.WARNING, format="diffjev: %(message)s")
     log.setLevel(logging.INFO)
     try:
