@@ -251,3 +251,28 @@ def test_argillas_hub_layout_is_refused_in_one_line_never_read_as_no_items(tmp_p
     (hub / "data" / "train-00000-of-00001.parquet").unlink()
     done = cli("import-project", "--db", str(db_path), "--project", "tickets", "--from", "argilla", str(hub))
     assert done.returncode != 0 and "records.json" in done.stderr and "Dataset.to_disk" in done.stderr
+
+
+def test_a_label_studio_draft_is_counted_as_not_taken_never_dropped_silently(tmp_path):
+    tasks = json.loads(LS_EXPORT.read_text())
+    submitted = tasks[0]["annotations"][0]
+    tasks[0]["drafts"] = [
+        {
+            "id": 91,
+            "user": "carol@example.com",
+            "result": submitted["result"],
+            "lead_time": 12.5,
+            "task": tasks[0]["id"],
+        }
+    ]
+    export = tmp_path / "with-draft.json"
+    export.write_text(json.dumps(tasks))
+    db_path = tmp_path / "drafts.db"
+    args = ("import-project", "--db", str(db_path), "--project", "p", "--from", "labelstudio", str(export))
+    done = cli(*args, "--config", str(LS_CONFIG))
+    assert done.returncode == 0, done.stderr
+    said = done.stdout + done.stderr
+    assert "1 draft (answers saved in Label Studio but never submitted) was not imported" in said, said
+    assert "submit them in Label Studio" in said
+    people = {a.annotator for r in project_bundle(Database(db_path), "p").records for a in r.answers}
+    assert "carol@example.com" not in people

@@ -873,6 +873,15 @@ def read_labelstudio(export_path: str | Path, config_path: str | Path | None = N
         if isinstance(task, Mapping) and isinstance(task.get("predictions"), list)
         for p in task["predictions"]
     )
+    drafts = sum(
+        len(task["drafts"]) for task in tasks if isinstance(task, Mapping) and isinstance(task.get("drafts"), list)
+    )
+    if drafts:
+        bundle.notes.append(
+            f"{drafts} draft{'s' if drafts != 1 else ''} (answers saved in Label Studio but never submitted) "
+            f"{'were' if drafts != 1 else 'was'} not imported; to bring them, submit them in Label Studio and export "
+            "again: nothing is added twice"
+        )
     if by_id:
         bundle.notes.append(
             f"{by_id} predictions were listed by id only (the Export button's quick JSON) and were not imported; "
