@@ -351,11 +351,20 @@ def cmd_export(args: argparse.Namespace) -> None:
     from diffjev.services.exporting import export_project
     from diffjev.services.interchange import EXPORT_FORMATS, export_file
 
+    if args.ls_user_ids and args.format != "labelstudio":
+        raise UserError(f"--ls-user-ids is for the labelstudio format, not {args.format}")
     if args.format in EXPORT_FORMATS:
         if args.push_to_hub or args.annotator:
             raise UserError(f"--push-to-hub and --annotator are for diffjev's own formats, not {args.format}")
         count = export_file(
-            _db(args), args.project, args.format, args.out, args.user, run_id=args.run, reviewed_only=not args.all
+            _db(args),
+            args.project,
+            args.format,
+            args.out,
+            args.user,
+            run_id=args.run,
+            reviewed_only=not args.all,
+            ls_user_ids=args.ls_user_ids,
         )
         print(f"wrote {count} items to {args.out}")
         return
@@ -691,6 +700,13 @@ def parser() -> argparse.ArgumentParser:
         help="whose suggestions to include (default: the latest run; labelstudio and argilla: every run)",
     )
     p.add_argument("--annotator", help="only this annotator's answers")
+    p.add_argument(
+        "--ls-user-ids",
+        action="store_true",
+        help="labelstudio: credit each annotation to its annotator's Label Studio user id (completed_by), for "
+        "an instance where those users exist; by default Label Studio credits the user who imports, and the "
+        "annotators' names travel in each task's meta",
+    )
     p.add_argument("--all", action="store_true", help="every item, not only those with a human answer")
     p.add_argument("--push-to-hub", metavar="REPO", help="also push the hf export to this Hub dataset repo")
     p.add_argument("--hf-token", help="Hub token for --push-to-hub (default: $HF_TOKEN)")

@@ -276,3 +276,53 @@ def test_a_label_studio_draft_is_counted_as_not_taken_never_dropped_silently(tmp
     assert "submit them in Label Studio" in said
     people = {a.annotator for r in project_bundle(Database(db_path), "p").records for a in r.answers}
     assert "carol@example.com" not in people
+
+
+def test_a_label_studio_export_credits_the_importer_unless_asked_for_user_ids(tmp_path):
+    db_path = tmp_path / "people.db"
+    done = cli(
+        "import-project",
+        "--db",
+        str(db_path),
+        "--project",
+        "p",
+        "--from",
+        "labelstudio",
+        str(LS_EXPORT),
+        "--config",
+        str(LS_CONFIG),
+    )
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out.json"
+    done = cli("export", "--db", str(db_path), "--project", "p", "--format", "labelstudio", "--out", str(out), "--all")
+    assert done.returncode == 0, done.stderr
+    tasks = json.loads(out.read_text())
+    assert tasks and all("completed_by" not in a for t in tasks for a in t["annotations"])  # a fresh instance takes it
+    done = cli(
+        "export",
+        "--db",
+        str(db_path),
+        "--project",
+        "p",
+        "--format",
+        "labelstudio",
+        "--out",
+        str(out),
+        "--all",
+        "--ls-user-ids",
+    )
+    assert done.returncode == 0, done.stderr
+    assert all(isinstance(a["completed_by"], int) for t in json.loads(out.read_text()) for a in t["annotations"])
+    done = cli(
+        "export",
+        "--db",
+        str(db_path),
+        "--project",
+        "p",
+        "--format",
+        "csv",
+        "--out",
+        str(tmp_path / "x.csv"),
+        "--ls-user-ids",
+    )
+    assert done.returncode != 0 and "--ls-user-ids is for the labelstudio format" in done.stderr

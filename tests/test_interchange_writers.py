@@ -51,8 +51,8 @@ def argilla_records(bundle: Bundle, tmp_path: Path) -> list[dict]:
     return json.loads((tmp_path / "dataset" / "records.json").read_text(encoding="utf-8"))
 
 
-def labelstudio_tasks(bundle: Bundle, tmp_path: Path) -> list[dict]:
-    write_labelstudio(bundle, tmp_path / "tasks.json")
+def labelstudio_tasks(bundle: Bundle, tmp_path: Path, user_ids: bool = False) -> list[dict]:
+    write_labelstudio(bundle, tmp_path / "tasks.json", user_ids=user_ids)
     return json.loads((tmp_path / "tasks.json").read_text(encoding="utf-8"))
 
 
@@ -125,7 +125,9 @@ def named_runs() -> Bundle:
 def test_label_studio_shows_a_run_by_its_model_and_version(tmp_path):
     bundle = named_runs()
     (task,) = labelstudio_tasks(bundle, tmp_path)
-    assert [p["model_version"] for p in task["predictions"]] == ["ticket-bert-v1", "google/gemma-3-1b@abc123"]
+    # one token each, as the ML backend names diffjev's predictions (Label Studio lists and filters by it)
+    versions = [p["model_version"] for p in task["predictions"]]
+    assert versions == ["diffjev-djev-ticket-bert-v1", "diffjev-djev-google-gemma-3-1b-abc123"]
     assert_same_runs(read_labelstudio(tmp_path / "tasks.json"), bundle)
 
 
@@ -148,7 +150,7 @@ def test_two_runs_of_one_model_are_told_apart_by_their_run(tmp_path):
     bundle = two_runs_of_one_model()
     (task,) = labelstudio_tasks(bundle, tmp_path)
     versions = [p["model_version"] for p in task["predictions"]]
-    assert versions == ["ticket-bert-v1 (run 3)", "ticket-bert-v1 (run 7)"]
+    assert versions == ["diffjev-djev-ticket-bert-v1-run-3", "diffjev-djev-ticket-bert-v1-run-7"]
     assert_same_runs(read_labelstudio(tmp_path / "tasks.json"), bundle)
 
 
@@ -173,9 +175,19 @@ def ids_by_person(tasks: list[dict]) -> list[dict[str, int]]:
     ]
 
 
+def test_by_default_label_studio_credits_the_importer_and_the_names_travel_in_meta(tmp_path):
+    """A user id Label Studio does not know fails its whole import ("completed_by=2 is not a valid
+    annotator's email or ID"), and a fresh instance knows only user 1: so no completed_by is written."""
+    bundle = people_bundle(("alice", "bob"), ("carol", "alice"))
+    tasks = labelstudio_tasks(bundle, tmp_path)
+    assert all("completed_by" not in a for task in tasks for a in task["annotations"])
+    back = read_labelstudio(tmp_path / "tasks.json")
+    assert [sorted(a.annotator for a in r.answers) for r in back.records] == [["alice", "bob"], ["alice", "carol"]]
+
+
 def test_annotators_are_numbered_once_for_the_whole_export(tmp_path):
     bundle = people_bundle(("alice", "bob"), ("carol", "alice"), ("bob",))
-    tasks = labelstudio_tasks(bundle, tmp_path)
+    tasks = labelstudio_tasks(bundle, tmp_path, user_ids=True)
     assert ids_by_person(tasks) == [{"alice": 1, "bob": 2}, {"carol": 3, "alice": 1}, {"bob": 2}]
     back = read_labelstudio(tmp_path / "tasks.json")
     assert [sorted(a.annotator for a in r.answers) for r in back.records] == [
@@ -187,7 +199,7 @@ def test_annotators_are_numbered_once_for_the_whole_export(tmp_path):
 
 def test_label_studios_own_user_ids_are_written_back(tmp_path):
     bundle = people_bundle(("alice", "ls-user-12"), ("ls-user-1", "ls-user-12", "bob"))
-    tasks = labelstudio_tasks(bundle, tmp_path)
+    tasks = labelstudio_tasks(bundle, tmp_path, user_ids=True)
     # the ids Label Studio gave stay; the others take the lowest numbers no one holds
     assert ids_by_person(tasks) == [{"alice": 2, "ls-user-12": 12}, {"ls-user-1": 1, "ls-user-12": 12, "bob": 3}]
     back = read_labelstudio(tmp_path / "tasks.json")

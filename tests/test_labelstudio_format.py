@@ -423,7 +423,7 @@ def test_a_written_export_reread_after_label_studio_renumbered_it_keeps_the_anno
 
 def test_written_tasks_are_label_studio_shaped(tmp_path):
     out = tmp_path / "tasks.json"
-    write_labelstudio(round_trip_bundle(), out)
+    write_labelstudio(round_trip_bundle(), out, user_ids=True)
     task = json.loads(out.read_text(encoding="utf-8"))[0]
     assert task["data"] == {"body": TEXT, "channel": "email", "priority": 2}
     ann, bo, cy = task["annotations"]
@@ -432,8 +432,8 @@ def test_written_tasks_are_label_studio_shaped(tmp_path):
     regions = {(r["from_name"], r["type"]) for r in bo["result"]}
     assert regions == {("stars", "rating"), ("ner", "labels")}
     (prediction,) = task["predictions"]
-    assert prediction["model_version"] == "tiny-gemma@abc123"  # the run's model, its key in meta
-    assert task["meta"]["diffjev"]["runs"]["run-3"]["name"] == "tiny-gemma@abc123"
+    assert prediction["model_version"] == "diffjev-dgemma-tiny-gemma-abc123"  # one token; its key in meta
+    assert task["meta"]["diffjev"]["runs"]["run-3"]["name"] == "diffjev-dgemma-tiny-gemma-abc123"
     assert prediction["score"] == pytest.approx((0.7 + 0.5 + 0.8 + 0.9 + 0.6 + 0.75) / 6)
     topics = next(r for r in prediction["result"] if r["from_name"] == "topics")
     assert topics["value"] == {"choices": ["a"]}

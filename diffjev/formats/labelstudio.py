@@ -1060,16 +1060,21 @@ def _read_annotation(
 # --- writing an export ------------------------------------------------------------------------------------------
 
 
-def write_labelstudio(bundle: Bundle, out_path: str | Path) -> None:
+def write_labelstudio(bundle: Bundle, out_path: str | Path, user_ids: bool = False) -> None:
     """Tasks JSON that Label Studio imports, at out_path, and the labeling config beside it as
-    <stem>.label_config.xml. Both are written whole or not at all."""
+    <stem>.label_config.xml. Both are written whole or not at all.
+
+    An annotation's `completed_by` is left out, so Label Studio gives it to the user who imports (a user id
+    it does not know fails the whole import, and a fresh instance knows only user 1); the annotators' names
+    travel in meta. `user_ids` writes each annotator's Label Studio user id instead (_user_ids), for an
+    instance where those users exist, such as the one the answers came from."""
     out_path = Path(out_path)
     xml_text = config_from_schema(bundle.schema, bundle.text_field)
     config = schema_from_config(xml_text, "the written config")
     config = replace(config, schema=bundle.schema)
     extra_keys = [key for record in bundle.records for key in (*record.predictions, *record.model_skipped)]
-    names = run_names(bundle.runs, extra_keys)
-    people = _user_ids(bundle)
+    names = model_versions(bundle.runs, extra_keys)
+    people = _user_ids(bundle) if user_ids else {}
     tasks = [_task(config, bundle, record, n, names, people) for n, record in enumerate(bundle.records)]
     config_out = out_path.with_name(f"{out_path.stem}.label_config.xml")
     with atomic_path(out_path) as temp, atomic_path(config_out) as config_temp:
@@ -1078,6 +1083,54 @@ def write_labelstudio(bundle: Bundle, out_path: str | Path) -> None:
 
 
 LS_USER = re.compile(r"ls-user-(\d{1,18})")
+REMARK = re.compile(r"\([^()]*\)")
+NOT_TOKEN = re.compile(r"[^A-Za-z0-9._-]+")
+_RUN_NUMBER = re.compile(r"run-(\d+)")
+FROM_ANOTHER_TOOL = ("labelstudio", "argilla", "")  # runs read from a file, named as that tool named them
+
+
+def version_token(text: str) -> str:
+    """`text` as one token of letters, digits, '.', '_' and '-': a remark in parentheses dropped (the
+    offline model's name says which package holds it), every other run of characters (spaces, '/') one '-'."""
+    without_remarks = REMARK.sub(" ", text)
+    return NOT_TOKEN.sub("-", without_remarks).strip("-")
+
+
+def diffjev_model_version(engine: str, model: str | None) -> str:
+    """The `model_version` of diffjev's predictions, `diffjev-<engine>-<model>` as one token, the same from
+    the ML backend and in an export: Label Studio lists and filters predictions by it."""
+    return f"diffjev-{version_token(engine) or 'engine'}-{version_token(model or '') or 'unnamed'}"
+
+
+def own_version(run: RunInfo) -> str:
+    """A diffjev run's `model_version`: its engine and model, and its model's version where one is set."""
+    base = diffjev_model_version(run.engine, run.model)
+    if run.model_version and run.model_version != run.model:
+        return f"{base}-{version_token(run.model_version) or 'version'}"
+    return base
+
+
+def model_versions(runs: dict[str, RunInfo], keys: list[str]) -> dict[str, str]:
+    """Each run's `model_version`: diffjev's own runs as diffjev_model_version names them, a run read from
+    another tool under its own name (bundle.run_names); two runs that would share one get '-run-<n>' after
+    it. meta.diffjev.runs maps each back to its run's key."""
+    names = run_names(runs, keys)
+    versions: dict[str, str] = {}
+    for key in names:
+        info = runs.get(key)
+        if info is None or info.engine in FROM_ANOTHER_TOOL:
+            versions[key] = names[key]
+            continue
+        base = own_version(info)
+        version, own = base, _RUN_NUMBER.fullmatch(key)
+        if version in versions.values() or any(
+            own_version(other) == base
+            for other_key, other in runs.items()
+            if other_key != key and other.engine not in FROM_ANOTHER_TOOL
+        ):
+            version = f"{base}-run-{own[1] if own else version_token(key)}"
+        versions[key] = version
+    return versions
 
 
 def _user_ids(bundle: Bundle) -> dict[str, int]:
@@ -1123,7 +1176,7 @@ def _task(
         )
         seconds = next((a.seconds for a in answers.values() if a.seconds is not None), None)
         annotation = {
-            "completed_by": people[annotator],
+            **({"completed_by": people[annotator]} if people else {}),
             "result": results,
             "was_cancelled": cancelled,
             "ground_truth": False,

@@ -610,15 +610,17 @@ def export_file(
     actor: str,
     run_id: int | None = None,
     reviewed_only: bool = True,
+    ls_user_ids: bool = False,
 ) -> int:
-    """Write the project for another tool (every run's suggestions, or `run_id`'s); returns the items written."""
+    """Write the project for another tool (every run's suggestions, or `run_id`'s); returns the items written.
+    `ls_user_ids`: Label Studio's `completed_by` as each annotator's user id (write_labelstudio)."""
     if fmt not in EXPORT_FORMATS:
         raise SourceError(f"unknown format {fmt!r}; use one of {', '.join(EXPORT_FORMATS)}")
     bundle = project_bundle(db, project_name, run_id=run_id, reviewed_only=reviewed_only)
     if fmt == "labelstudio":
         from diffjev.formats.labelstudio import write_labelstudio
 
-        write_labelstudio(bundle, target)
+        write_labelstudio(bundle, target, user_ids=ls_user_ids)
     else:
         from diffjev.formats.argilla import write_argilla
 

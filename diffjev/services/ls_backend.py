@@ -46,7 +46,6 @@ import binascii
 import hmac
 import json
 import logging
-import re
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -58,7 +57,7 @@ from fastapi.responses import JSONResponse
 from diffjev.decide import Decision
 from diffjev.engines.base import DEFAULT_SEED, Engine, EngineError
 from diffjev.formats.bundle import ModelAnswer, SpanMark
-from diffjev.formats.labelstudio import LabelConfig, schema_from_config, task_predictions
+from diffjev.formats.labelstudio import LabelConfig, diffjev_model_version, schema_from_config, task_predictions
 from diffjev.io import SourceError
 from diffjev.read import read_many
 from diffjev.services.importing import max_item_chars
@@ -74,8 +73,6 @@ BYTES_PER_CHAR = 6
 TASK_ALLOWANCE = 64 * 1024
 REQUEST_ALLOWANCE = 1024 * 1024
 MB = 1024 * 1024
-REMARK = re.compile(r"\([^()]*\)")
-NOT_TOKEN = re.compile(r"[^A-Za-z0-9._-]+")
 
 log = logging.getLogger(__name__)
 
@@ -88,17 +85,11 @@ class BackendError(Exception):
         self.message, self.status = message, status
 
 
-def version_token(text: str) -> str:
-    """`text` as one token of letters, digits, '.', '_' and '-': a remark in parentheses dropped (the
-    offline model's name says which package holds it), every other run of characters (spaces, '/') one '-'."""
-    without_remarks = REMARK.sub(" ", text)
-    return NOT_TOKEN.sub("-", without_remarks).strip("-")
-
-
 def model_version_of(engine: Engine) -> str:
     """The version Label Studio records on each prediction, `diffjev-<engine>-<model>` as one token
-    (Label Studio lists and filters predictions by it): stable for one engine and model."""
-    return f"diffjev-{version_token(engine.name) or 'engine'}-{version_token(engine.model_name or '') or 'unnamed'}"
+    (Label Studio lists and filters predictions by it): stable for one engine and model, and the same as
+    an export of this engine's runs gives them."""
+    return diffjev_model_version(engine.name, engine.model_name)
 
 
 def model_answers(decision: Decision) -> list[ModelAnswer]:
