@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from sqlalchemy import insert, select
+from sqlalchemy import and_, exists, insert, select, update
+from sqlalchemy.orm import aliased
 from sqlalchemy.orm import Session
 
 from storage.models import Adjudication, Event, Item, ItemRead, Response, Run, Suggestion, utcnow
@@ -201,3 +202,38 @@ def insert_new_responses(session: Session, project_id: int, answers: Sequence[An
             for a, response_id in zip(answers, ids)
         ],
     )
+
+
+ALIASES_EVENT = "project.annotator_aliases"
+
+
+def annotator_aliases(session: Session, project_id: int) -> dict[str, str]:
+    """Every other name an import has told of one person (Label Studio's "ls-user-<id>" -> their email),
+    oldest first, so a later import under either name reaches the same answers."""
+    found: dict[str, str] = {}
+    payloads = session.scalars(
+        select(Event.payload).where(Event.project_id == project_id, Event.kind == ALIASES_EVENT).order_by(Event.id)
+    )
+    for payload in payloads:
+        found.update(payload.get("aliases") or {})
+    return found
+
+
+def rename_annotator(session: Session, project_id: int, old: str, new: str) -> int:
+    """The project's answers stored under `old` carried under `new` (one person's other name); an answer
+    `new` has already given to the same question of the same item stays, the other is left under `old`.
+    Returns how many were renamed."""
+    mine = aliased(Response)
+    done = session.execute(
+        update(Response)
+        .where(
+            Response.annotator == old,
+            Response.item_id.in_(select(Item.id).where(Item.project_id == project_id)),
+            ~exists().where(
+                and_(mine.item_id == Response.item_id, mine.question_id == Response.question_id, mine.annotator == new)
+            ),
+        )
+        .values(annotator=new)
+        .execution_options(synchronize_session=False)
+    )
+    return done.rowcount or 0

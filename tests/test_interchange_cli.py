@@ -228,7 +228,36 @@ def test_the_export_buttons_quick_form_imports_its_answers_and_says_how_to_bring
     )
     assert done.returncode == 0, done.stderr
     assert "0 items (5 already there)" in done.stdout
-    assert len(project_bundle(Database(db_path), "button").runs) == 2
+    after = project_bundle(Database(db_path), "button")
+    assert len(after.runs) == 2
+    # one person is one annotator under both forms (id 1 in the quick form, id 1 and an email in the snapshot)
+    answers = [(r.external_id, a.question, a.annotator) for r in after.records for a in r.answers]
+    assert len(answers) == len(set(answers)) == len([a for r in bundle.records for a in r.answers])
+    assert {who for _, _, who in answers} == {"alice@example.com", "bob@example.com"}
+
+
+def test_a_snapshot_then_the_quick_form_adds_no_answer_twice(tmp_path):
+    live = DATA / "labelstudio" / "live"
+    db_path = tmp_path / "snapshot-first.db"
+    counts = []
+    for export in ("ls_export.json", "ls_export_button.json", "ls_export.json"):
+        done = cli(
+            "import-project",
+            "--db",
+            str(db_path),
+            "--project",
+            "p",
+            "--from",
+            "labelstudio",
+            str(live / export),
+            "--config",
+            str(live / "label_config.xml"),
+        )
+        assert done.returncode == 0, done.stderr
+        bundle = project_bundle(Database(db_path), "p")
+        counts.append(sum(len(r.answers) for r in bundle.records))
+        assert {a.annotator for r in bundle.records for a in r.answers} == {"alice@example.com", "bob@example.com"}
+    assert counts[0] > 0 and counts == [counts[0]] * 3
 
 
 def test_argillas_hub_layout_is_refused_in_one_line_never_read_as_no_items(tmp_path):

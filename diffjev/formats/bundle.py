@@ -105,6 +105,9 @@ class Bundle:
     text_field: str = "text"
     source: str = ""  # the file it came from, for messages and the import's listing
     notes: list[str] = field(default_factory=list)  # what the file held that was not taken, said after the import
+    # One person's other name -> the name their answers carry here (Label Studio's "ls-user-<id>", which a
+    # quick export gives, -> the email a snapshot gives for the same user id): imports under either meet.
+    aliases: dict[str, str] = field(default_factory=dict)
 
 
 def score_distribution(names: tuple[str, ...] | list[str], answer: str, score: float) -> dict[str, float]:

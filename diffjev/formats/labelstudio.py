@@ -866,7 +866,7 @@ def read_labelstudio(export_path: str | Path, config_path: str | Path | None = N
         raise InterchangeError(file, None, None, "a Label Studio JSON export is a list of tasks")
     runs: dict[str, RunInfo] = {}
     records = [_read_task(config, task, n, file, runs) for n, task in enumerate(tasks)]
-    bundle = Bundle(config.schema, records, runs, config.text_field, file)
+    bundle = Bundle(config.schema, records, runs, config.text_field, file, aliases=_user_aliases(tasks))
     by_id = sum(
         isinstance(p, int) and not isinstance(p, bool)
         for task in tasks
@@ -1006,6 +1006,19 @@ def _ground_truth(record: Record, ground_truth: list[list[HumanAnswer]]) -> list
                 settled.add(answer.question)
                 out.append(Adjudication(answer.question, answer.annotator, answer.value, None, answer.spans))
     return out
+
+
+def _user_aliases(tasks: list[Any]) -> dict[str, str]:
+    """ "ls-user-<id>" -> email for each user a snapshot names with both: the quick export gives only the id,
+    so one person's answers would otherwise come in twice, once under each name (_annotator)."""
+    found: dict[str, str] = {}
+    for task in tasks:
+        annotations = task.get("annotations") if isinstance(task, Mapping) else None
+        for annotation in annotations if isinstance(annotations, list) else []:
+            who = annotation.get("completed_by") if isinstance(annotation, Mapping) else None
+            if isinstance(who, Mapping) and who.get("email") and who.get("id") is not None:
+                found[f"ls-user-{who['id']}"] = str(who["email"])
+    return found
 
 
 def _annotator(annotation: Mapping[str, Any]) -> str:

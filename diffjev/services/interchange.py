@@ -10,6 +10,7 @@ and a run keeps to the run an earlier import of the same file made.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -105,6 +106,7 @@ def import_bundle(
         rows_checked = checked if created else [_checked(r, questions, file, limits) for r in bundle.records]
         records = list(zip(bundle.records, rows_checked))
         item_ids, added, duplicates = _store_items(session, project.id, records, file)
+        aliases = _meet_aliases(session, project.id, bundle.aliases, actor)
         stored = store.stored_answers(session, item_ids, list(rows.values()))
         settled_before = store.stored_adjudications(session, item_ids, list(rows.values()))
         answers, fresh = 0, {}
@@ -112,6 +114,7 @@ def import_bundle(
             for answer in record.answers:
                 predicted = any(m.question == answer.question for ms in record.predictions.values() for m in ms)
                 given = _response(answer, questions[answer.question], item_id, rows, record.text, predicted)
+                given = dataclasses.replace(given, annotator=aliases.get(given.annotator, given.annotator))
                 if stored.get((item_id, given.question_id, given.annotator)) == _as_stored(given):
                     continue  # held already, as it is: no new revision
                 answers += 1
@@ -124,9 +127,10 @@ def import_bundle(
             for settled in record.adjudications:
                 value = _settled_value(settled, questions[settled.question], record.text)
                 row = rows[settled.question]
-                if settled_before.get((item_id, row)) == (value, settled.reviewer, settled.comment):
+                reviewer = aliases.get(settled.reviewer, settled.reviewer)
+                if settled_before.get((item_id, row)) == (value, reviewer, settled.comment):
                     continue
-                repo.adjudicate(session, item_id, row, value, settled.reviewer, settled.comment)
+                repo.adjudicate(session, item_id, row, value, reviewer, settled.comment)
         suggestions = 0
         for key, info in bundle.runs.items():
             suggestions += _store_run(
@@ -149,6 +153,16 @@ def import_bundle(
         )
 
     return db.write(work)
+
+
+def _meet_aliases(session, project_id: int, new: dict[str, str], actor: str) -> dict[str, str]:
+    """Every name of one person this project has heard of (bundle.aliases, now and from earlier imports),
+    with the answers stored under a person's other name carried under the one their answers carry."""
+    if new:
+        repo.log(session, actor, store.ALIASES_EVENT, project_id, aliases=new)
+        for other, name in new.items():
+            store.rename_annotator(session, project_id, other, name)
+    return store.annotator_aliases(session, project_id)
 
 
 def _check_ids(bundle: Bundle, file: str) -> None:

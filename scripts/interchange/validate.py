@@ -158,8 +158,16 @@ def check_labelstudio_export(path: Path, config: Path | None, problems: Problems
                     )  # fmt: skip
                     continue
                 counts[kind] += 1
-                if kind == "annotations" and entry.get("completed_by") in (None, ""):
-                    problems.add(path, where, f"{field}.completed_by", "an annotation names its annotator")
+                who = entry.get("completed_by")
+                # As Label Studio's import takes it: none (the importing user), a user id, or {"email": ...}
+                if kind == "annotations" and not (
+                    who is None
+                    or (isinstance(who, int) and not isinstance(who, bool))
+                    or (isinstance(who, dict) and isinstance(who.get("email"), str))
+                ):
+                    problems.add(
+                        path, where, f"{field}.completed_by", "is left out, a user id, or an object with an email"
+                    )
                 for error in interface.validate_prediction(entry, return_errors=True):
                     problems.add(path, where, field, error)
                 for region in entry.get("result") or []:
