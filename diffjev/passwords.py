@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections import Counter
 
 SCRYPT = "scrypt"
 N, R, P = 2**15, 8, 1  # Werkzeug's defaults: 32 MiB and about 0.1 s per check
@@ -63,18 +64,21 @@ def _scrypt(password: str, salt: str, n: int, r: int, p: int) -> str:
 
 
 class PasswordBook:
-    """Users and their stored passwords. A password checked once against a hash is remembered as a keyed
-    digest in memory, so HTTP Basic on every API request does not pay scrypt's 0.1 s each time."""
+    """Users and their stored passwords. A password that matched once is remembered as a keyed digest in
+    memory, so HTTP Basic on every API request does not pay scrypt's 0.1 s each time."""
 
     def __init__(self, users: list[tuple[str, str]]):
         self.stored = dict(users)
         self._key = secrets.token_bytes(32)
         self._known: dict[str, bytes] = {}
-        # What an unknown name is checked against, so that it costs what a known one does and the time of
-        # a refusal tells no one which names exist: a hash of the same cost where any user has one.
-        hashed = next((stored for stored in self.stored.values() if is_hash(stored)), None)
-        if hashed is not None:
-            n, r, p, _, _ = check_hash(hashed)
+        # What an unknown name, and a plain password, is also checked against, so that every check costs
+        # what a hashed one does and the time of a refusal tells no one which names exist or which
+        # passwords are stored plain: a hash at the users' most common cost (users hashed at another cost
+        # still take their own time), else a plain stand-in.
+        costs = Counter(check_hash(stored)[:3] for stored in self.stored.values() if is_hash(stored))
+        self._hashed = bool(costs)
+        if costs:
+            n, r, p = costs.most_common(1)[0][0]
             self._stand_in = hash_password(secrets.token_hex(16), n, r, p)
         else:
             self._stand_in = secrets.token_hex(16)
@@ -88,8 +92,9 @@ class PasswordBook:
         known = self._known.get(username)
         if known is not None and hmac.compare_digest(known, digest):
             return True
+        if self._hashed and not is_hash(stored):
+            verify(self._stand_in, password)
         if not verify(stored, password):
             return False
-        if is_hash(stored):
-            self._known[username] = digest
+        self._known[username] = digest
         return True

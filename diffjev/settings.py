@@ -63,7 +63,12 @@ SETTINGS: tuple[Setting, ...] = (
         "unset: the studio's own pages only",
         "other sites (https://host[:port], comma-separated) whose pages may call the studio with its users' cookies",
     ),
-    Setting("DIFFJEV_MAX_BODY", "16mb", "the largest request body a route but uploads reads (413 past it)"),
+    Setting("DIFFJEV_MAX_BODY", "1mb", "the largest request body a route but uploads reads (413 past it)"),
+    Setting(
+        "DIFFJEV_TRUSTED_PROXIES",
+        "unset: none",
+        "reverse proxies' addresses (comma-separated, or *) whose X-Forwarded-For names the client",
+    ),
     Setting("DIFFJEV_LOGIN_FAILURES", "5", "failed logins in a row before a user or an address must wait"),
     Setting("DIFFJEV_LOGIN_BACKOFF", "1", "seconds of that first wait, doubling with each further failure"),
     Setting("DIFFJEV_IMPORT_DIR", "./imports", "saved datasets a user may import by folder name"),

@@ -74,10 +74,12 @@ def free_port() -> int:
 class LocalServer:
     """A real uvicorn server on a free localhost port, in a thread, stopped at teardown."""
 
-    def __init__(self, app):
+    def __init__(self, app, config=None):
+        """`config(app, host, port)` makes the uvicorn.Config (default: uvicorn's own, quiet)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        make = config or (lambda app, host, port: uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        self.server = uvicorn.Server(make(app, "127.0.0.1", self.port))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self):

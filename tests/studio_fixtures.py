@@ -14,7 +14,7 @@ from diffjev.services.prelabel import prelabel
 from storage import repo
 from storage.db import Database
 from diffjev.ui.context import Studio
-from diffjev.ui.studio import create_app
+from diffjev.ui.studio import create_app, server_config
 from conftest import LocalServer, TICKETS
 
 BROWSER_ARGS = [
@@ -43,7 +43,7 @@ def serve_studio(db, engine, name="tickets", auth=None, **settings):
     tiny = "transformers, tiny random DiffusionGemma"
     held = engine if isinstance(engine, EngineSlot) else ChosenEngine(engine, tiny)
     studio = Studio(db, held, name, **settings)
-    return LocalServer(create_app(studio, auth)), studio
+    return LocalServer(create_app(studio, auth), config=server_config), studio
 
 
 def choose(page, dropdown: str, option: str) -> None:

@@ -921,6 +921,12 @@ def test_a_listed_origin_and_a_spaces_own_page_are_answered_and_no_other(
         assert (
             preflight.status_code == 200 and preflight.headers["access-control-allow-origin"] == "http://localhost:3000"
         )
+        # a link or an image on another site signs nobody out, with a Referer or without one
+        for sent in ({"Referer": f"{FOREIGN}/page"}, {"Sec-Fetch-Site": "cross-site"}):
+            assert carol.get("/logout", headers=sent).status_code == 403, sent
+        assert carol.get("/config").status_code == 200
+        assert carol.get("/logout", headers={"Sec-Fetch-Site": "same-origin"}).status_code in (302, 307)
+        assert carol.get("/config").status_code == 401
 
 
 def test_allowed_origins_are_read_strictly():
@@ -935,9 +941,10 @@ def test_allowed_origins_are_read_strictly():
             allowed_origins({"DIFFJEV_ALLOWED_ORIGINS": bad})
 
 
-def raw_request(server, head: str, wait: float = 10) -> bytes:
+def raw_request(server, head: str, wait: float = 10, closed: list | None = None) -> bytes:
     """Sends a request's head and none of its body; the whole answer the server gives meanwhile (b'' if
-    none comes within `wait` seconds: it waits for the body)."""
+    none comes within `wait` seconds: it waits for the body). `closed` gets whether the server then
+    closed the connection, rather than keep reading a body."""
     import socket
 
     said = b""
@@ -949,6 +956,12 @@ def raw_request(server, head: str, wait: float = 10) -> bytes:
                 if not chunk:
                     break
                 said += chunk
+            if closed is not None:
+                sock.settimeout(3)
+                try:
+                    closed.append(sock.recv(1) == b"")
+                except (TimeoutError, ConnectionResetError) as exc:
+                    closed.append(isinstance(exc, ConnectionResetError))
         except TimeoutError:
             pass
     return said
@@ -963,11 +976,14 @@ def test_a_body_is_not_read_before_the_sign_in_and_is_capped_per_route(studio):
     server, _ = studio
     big = 300 * 1024 * 1024
     for path in ("/gradio_api/queue/join", "/v1/systemone", "/gradio_api/upload", "/gradio_api/run/accept"):
+        closed = []
         said = raw_request(
             server,
             f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {big}\r\n\r\n",
+            closed=closed,
         )
         assert said.startswith(b"HTTP/1.1 401"), (path, said[:200])  # answered with 300 MB still unsent
+        assert closed == [True], path  # and the connection ends: the unread body is never taken in
     wrong = raw_request(
         server,
         "POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Basic YWxpY2U6bm9wZQ==\r\n"  # alice:nope
@@ -1029,3 +1045,21 @@ def test_a_nul_in_a_project_name_is_no_such_project_on_postgresql(postgres):
         assert repo.project_access(session, "pay\x00roll", "alice", admin=False) is None
         assert repo.project_access(session, "pay\x00roll", "alice", admin=True) is None
     db.engine.dispose()
+
+
+def test_a_studio_with_no_login_answers_only_pages_on_this_machine(tmp_path, dgemma_engine):
+    """With no login anyone who reaches it may do anything; a page on a host name whose DNS points at
+    127.0.0.1 would be its own origin there (DNS rebinding) and read every item."""
+    db = studio_db(tmp_path / "local.db", [f"{MARK}: charged twice"], dgemma_engine, name="payroll")
+    server, _ = serve_studio(db, dgemma_engine, name="payroll")
+    with server:
+        rebound = f"rebind.attacker.example:{server.port}"
+        refused = httpx.get(f"{server.url}/config", headers={"Host": rebound, "Origin": f"http://{rebound}"})
+        assert refused.status_code == 403 and MARK not in refused.text
+        assert "no login" in refused.json()["detail"] and "DIFFJEV_USERS" in refused.json()["detail"]
+        asked = httpx.post(
+            f"{server.url}/gradio_api/call/items_browse", headers={"Host": rebound}, json={"data": ["", "All", 1]}
+        )
+        assert asked.status_code == 403
+        for own in (f"127.0.0.1:{server.port}", f"localhost:{server.port}", f"[::1]:{server.port}"):
+            assert httpx.get(f"{server.url}/config", headers={"Host": own}).status_code == 200, own

@@ -140,5 +140,30 @@ def test_an_unknown_user_name_costs_the_same_scrypt_as_a_known_one(monkeypatch):
     )
     assert not book.matches("bob", "wrong") and costs == [(2**12, 4, 1)]
     assert not book.matches("nobody", "wrong") and costs == [(2**12, 4, 1)] * 2
-    assert not passwords.PasswordBook([("alice", "a-secret")]).matches("nobody", "x")  # plain: nothing to hash
-    assert len(costs) == 2
+    # a plain password costs a hash too: the time does not tell which users keep theirs plain
+    assert not book.matches("alice", "wrong") and costs == [(2**12, 4, 1)] * 3
+    assert book.matches("alice", "a-secret") and len(costs) == 4
+    assert book.matches("alice", "a-secret") and len(costs) == 4  # remembered once it matched
+    assert not passwords.PasswordBook([("alice", "a-secret")]).matches("nobody", "x")  # all plain: nothing to hash
+    assert len(costs) == 4
+
+
+def test_a_forwarded_for_header_names_no_address_unless_its_proxy_is_trusted(studio, monkeypatch):
+    """uvicorn believes X-Forwarded-For from 127.0.0.1 by default: anyone on this machine (or behind a
+    tunnel) could fail logins from as many addresses as they name, or lock another's address out."""
+    local = from_address("127.0.0.1")
+    for k in range(ALLOWED):
+        local.post(
+            f"{studio.url}/login",
+            data={"username": "alice", "password": "g"},
+            headers={"X-Forwarded-For": f"10.1.0.{k}"},
+        )
+    refused = local.post(
+        f"{studio.url}/login", data={"username": "bob", "password": "b-secret"}, headers={"X-Forwarded-For": "10.9.9.9"}
+    )
+    assert refused.status_code == 429 and "address 127.0.0.1" in refused.json()["detail"]  # its own address
+    from diffjev.ui.studio import server_config
+
+    monkeypatch.setenv("DIFFJEV_TRUSTED_PROXIES", "127.0.0.1")  # behind a proxy the studio is told of
+    config = server_config(None, "127.0.0.1", 1)
+    assert config.proxy_headers and config.forwarded_allow_ips == "127.0.0.1"

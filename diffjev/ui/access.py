@@ -168,6 +168,8 @@ def signed_in_hub_user(connection: HTTPConnection) -> str | None:
 # Requests from other sites ------------------------------------------------------------------------------
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+STATE_CHANGING_GETS = ("/logout",)  # a link or an image on another site must not sign anyone out
+LOCAL_HOST_NAMES = ("localhost", "127.0.0.1", "::1")
 DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 
 
@@ -219,14 +221,38 @@ def same_host(origin: str, host_header: str) -> bool:
     return host_port == origin_port or (host_port is None and origin_port in (80, 443))
 
 
+def host_refusal(scope: dict, hosts: frozenset[str] | None) -> str | None:
+    """Why a request to a studio with no sign-in is refused when its Host is not one of `hosts`, or None.
+    With no sign-in anyone who reaches the studio may do anything; a page on another host name whose DNS
+    record is turned to 127.0.0.1 would reach it as its own origin (DNS rebinding). None: any host."""
+    if hosts is None:
+        return None
+    host = Headers(scope=scope).get("host")
+    if host is None:
+        return None
+    try:
+        name = (urlsplit(f"//{host.strip()}").hostname or "").lower()
+    except ValueError:
+        name = ""
+    if name in hosts:
+        return None
+    return (
+        f"this studio has no login, so it answers only pages on this machine, not on {shown_name(host, 100)}: open "
+        "it at http://127.0.0.1:<port>, or give logins with DIFFJEV_USERS to serve it under a host name"
+    )
+
+
 def cross_site_refusal(scope: dict, allowed: frozenset[str]) -> str | None:
     """Why a request from another site's page is refused, or None: its Origin (on a state-changing request
     without one, its Referer) is neither the studio's own origin nor a listed one. A request naming neither
     is not a browser's cross-site request (browsers send Origin on every cross-site fetch and form post)."""
     headers = Headers(scope=scope)
     origin = headers.get("origin")
-    if origin is None and scope.get("method", "GET") not in SAFE_METHODS and headers.get("referer"):
+    changes_state = scope.get("method", "GET") not in SAFE_METHODS or scope.get("path") in STATE_CHANGING_GETS
+    if origin is None and changes_state and headers.get("referer"):
         origin = headers["referer"]
+    if origin is None and changes_state and headers.get("sec-fetch-site") in ("cross-site", "same-site"):
+        origin = "another site's page"  # what the browser says of a page that sent no Referer
     if origin is None:
         return None
     normal = normal_origin(origin)
@@ -241,9 +267,18 @@ def cross_site_refusal(scope: dict, allowed: frozenset[str]) -> str | None:
 # Request bodies ---------------------------------------------------------------------------------------------
 
 UPLOAD_PATHS = ("/gradio_api/upload", "/upload")
+# A JSON body becomes Python objects many times its size (16 MB of `{}` held 800 MB in Gradio's queue), so
+# the cap is what the largest real event needs: an item text of 100,000 characters, escaped.
+DEFAULT_MAX_BODY = "1mb"
 LOGIN_PATHS = ("/login", "/login/")
 LOGIN_BODY = 64 * 1024  # a user name and a password: a login form needs no more
 MULTIPART_SLACK = 1024 * 1024  # an upload's own size limit is Gradio's, per file; this is the whole body's
+
+
+def max_body(env: Mapping[str, str] | None = None) -> int:
+    """DIFFJEV_MAX_BODY in bytes: the largest body any route but uploads reads."""
+    env = os.environ if env is None else env
+    return byte_size("DIFFJEV_MAX_BODY", env.get("DIFFJEV_MAX_BODY") or DEFAULT_MAX_BODY)
 
 
 def byte_size(setting: str, raw: str) -> int:
@@ -263,7 +298,7 @@ class BodyTooLarge(StarletteHTTPException):
     """A body past its route's cap, found while it streams in (no Content-Length, or a false one)."""
 
     def __init__(self, limit: int):
-        super().__init__(413, body_refusal(limit))
+        super().__init__(413, body_refusal(limit), headers={"Connection": "close"})
 
 
 def body_refusal(limit: int) -> str:
@@ -304,12 +339,13 @@ class AccessGate:
         hub_sign_in: bool = False,
         signed_out: SignedOutSessions | None = None,
         origins: frozenset[str] = frozenset(),
-        max_body: int = 16 * 1024 * 1024,
+        hosts: frozenset[str] | None = None,
+        max_body: int = 1024 * 1024,
         max_upload: int = 200 * 1024 * 1024,
     ):
         self.app, self.may_use = app, may_use
         self.password_user, self.api_user, self.hub_sign_in = password_user, api_user, hub_sign_in
-        self.signed_out, self.origins = signed_out or SignedOutSessions(), origins
+        self.signed_out, self.origins, self.hosts = signed_out or SignedOutSessions(), origins, hosts
         self.max_body, self.max_upload = max_body, max_upload
 
     def body_limit(self, path: str) -> int:
@@ -325,7 +361,7 @@ class AccessGate:
             return
         connection = HTTPConnection(scope)
         path, method = scope.get("path", ""), scope.get("method", "WS")
-        refusal = cross_site_refusal(scope, self.origins)
+        refusal = host_refusal(scope, self.hosts) or cross_site_refusal(scope, self.origins)
         if refusal:
             log.warning("%s %s: %s", method, shown_name(path), refusal)
             await self._refuse(scope, receive, send, 403, refusal)
@@ -398,6 +434,9 @@ class AccessGate:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
+        # The body, if any, is never read: the connection closes after the answer, or a client could go on
+        # sending an endless one into it (uvicorn reads and drops what a kept-alive connection still sends).
+        headers = {**(headers or {}), "Connection": "close"}
         wants_page = page is not None and scope.get("method") == "GET" and scope.get("path") in ("/", "")
         if scope.get("path", "").startswith("/v1/"):  # the Jev API answers as vLLM does, `detail` beside
             response = error_response(detail, status, headers=dict(headers or {}))

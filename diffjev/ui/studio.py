@@ -41,8 +41,10 @@ from diffjev.ui.access import (
     REFUSED_EVENTS_JS,
     AccessGate,
     SignedOutSessions,
+    LOCAL_HOST_NAMES,
     allowed_origins,
     byte_size,
+    max_body,
     hub_sign_in_configured,
     hub_sign_in_refusal,
     signed_in_hub_user,
@@ -322,16 +324,40 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
         hub_sign_in=hub_sign_in,
         signed_out=SignedOutSessions(),
         origins=origins,
-        max_body=byte_size("DIFFJEV_MAX_BODY", os.environ.get("DIFFJEV_MAX_BODY", "16mb")),
+        # with no sign-in at all, only pages on this machine (DIFFJEV_ALLOW_ANONYMOUS=1 serves it open)
+        hosts=frozenset(LOCAL_HOST_NAMES) if not (auth or hub_sign_in or anonymous_on_purpose()) else None,
+        max_body=max_body(),
         max_upload=byte_size("DIFFJEV_MAX_UPLOAD", studio.max_upload),
     )
     return app
 
 
+def anonymous_on_purpose() -> bool:
+    """DIFFJEV_ALLOW_ANONYMOUS=1: served with no login beyond this machine, on purpose."""
+    return os.environ.get("DIFFJEV_ALLOW_ANONYMOUS") == "1"
+
+
+def trusted_proxies() -> str | None:
+    """DIFFJEV_TRUSTED_PROXIES: the addresses (comma-separated, or *) of reverse proxies whose
+    X-Forwarded-For names the client; None: no proxy is believed, each request's own address counts.
+    uvicorn believes one from 127.0.0.1 by default, so anyone on this machine could send a login failure
+    from any address they name, or lock another's address out."""
+    raw = os.environ.get("DIFFJEV_TRUSTED_PROXIES", "").strip()
+    return raw or None
+
+
+def server_config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
+    """How the studio's server runs: X-Forwarded-For believed from DIFFJEV_TRUSTED_PROXIES only."""
+    proxies = trusted_proxies()
+    return uvicorn.Config(
+        app, host=host, port=port, log_level="warning", proxy_headers=proxies is not None, forwarded_allow_ips=proxies
+    )
+
+
 def listening_refusal(host: str, auth: list | None, hub_sign_in: bool) -> str | None:
     """Why the studio must not listen on `host`, or None. Beyond localhost, anyone who reaches it could
     read and write every item: that needs a login, or an explicit DIFFJEV_ALLOW_ANONYMOUS=1."""
-    if auth or hub_sign_in or host in LOCAL_HOSTS or os.environ.get("DIFFJEV_ALLOW_ANONYMOUS") == "1":
+    if auth or hub_sign_in or host in LOCAL_HOSTS or anonymous_on_purpose():
         return None
     return (
         f"refusing to listen on {host} with no login: anyone who can reach it could read and change every "
@@ -357,8 +383,7 @@ def main(listening: Listening | None = None) -> None:
             raise ValueError(refusal)
         if mocked_sign_in:
             log.warning("Hugging Face sign-in is off: %s", mocked_sign_in)
-        allowed_origins()  # a malformed origin is said at start-up
-        byte_size("DIFFJEV_MAX_BODY", os.environ.get("DIFFJEV_MAX_BODY", "16mb"))
+        allowed_origins(), max_body(), trusted_proxies()  # a malformed setting is said at start-up
         check_choice(EngineChoice())  # a wrong engine setting is said now, not after the page is up
         db = Database(default_db_location())
         name, created = ensure_project(db)
@@ -403,7 +428,7 @@ class AnnouncedServer(uvicorn.Server):
 
 def serve(app: FastAPI, listening: Listening, then: Callable[[], Any] = lambda: None) -> None:
     """Serves on the socket bound at start-up until stopped; `then` runs once the server is up."""
-    config = uvicorn.Config(app, host=listening.host, port=listening.port, log_level="warning")
+    config = server_config(app, listening.host, listening.port)
     server = AnnouncedServer(config, listening.url, then)
     server.run(sockets=[listening.sock])
     if not server.started:
