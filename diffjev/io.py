@@ -592,6 +592,14 @@ def _escaped_surrogate(line: int, record: Any) -> Rejected | None:
     return None
 
 
+# Parquet is compressed: 29 KB of zstd held three values of 300 MB each. Its metadata says how large each
+# row group's columns unpack to, so nothing is decoded whose values are, on average, larger than anything
+# the studio stores (an item's text is 100,000 characters, an image 20 MB by default), and each batch is
+# sized to unpack to about PARQUET_BATCH_BYTES.
+PARQUET_VALUE_BYTES = 64 * 1024 * 1024
+PARQUET_BATCH_BYTES = 64 * 1024 * 1024
+
+
 def _parquet_records(path: Any) -> Iterator[Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -602,10 +610,32 @@ def _parquet_records(path: Any) -> Iterator[Any]:
         raise SourceError(NOT_TEXT_OR_PARQUET.format(name=source_name(path))) from None
     yield f.schema_arrow.names
     row = 0
-    for batch in f.iter_batches(batch_size=SLICE_ROWS):
-        for record in batch.to_pylist():
-            row += 1
-            yield row, record
+    for group in range(f.metadata.num_row_groups):
+        per_row = _row_group_bytes_per_row(path, f.metadata.row_group(group), row)
+        batch_rows = max(1, min(SLICE_ROWS, PARQUET_BATCH_BYTES // max(1, per_row)))
+        for batch in f.iter_batches(batch_size=batch_rows, row_groups=[group]):
+            for record in batch.to_pylist():
+                row += 1
+                yield row, record
+
+
+def _row_group_bytes_per_row(path: Any, group: Any, rows_before: int) -> int:
+    """What a row of this row group unpacks to, on average (metadata only); SourceError where one of its
+    columns averages more than any value the studio stores, so at least one value is that large."""
+    rows = max(1, group.num_rows)
+    total = 0
+    for c in range(group.num_columns):
+        column = group.column(c)
+        size = column.total_uncompressed_size
+        total += size
+        if size / rows > PARQUET_VALUE_BYTES:
+            raise SourceError(
+                f"{source_name(path)}: rows {rows_before + 1}-{rows_before + group.num_rows}, column "
+                f"{column.path_in_schema!r}: its values unpack to {size / rows / 2**20:,.1f} MB each on average, "
+                f"past the {PARQUET_VALUE_BYTES / 2**20:g} MB any item's value may be; leave those rows "
+                "out of the file"
+            )
+    return total // rows
 
 
 def _dataframe_records(frame: Any) -> Iterator[Any]:

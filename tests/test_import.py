@@ -5,12 +5,14 @@ import json
 import datasets
 import pandas as pd
 import pytest
+from sqlalchemy import func, select
 
 from diffjev import Schema
 from diffjev.io import SourceError, read_rows
 from diffjev.services.importing import import_items
 from storage import repo
 from storage.db import Database
+from storage.models import Item
 from conftest import TICKETS
 
 
@@ -196,3 +198,37 @@ def test_a_jsonl_file_with_a_utf8_bom_imports_its_first_line(db, tmp_path):
     assert report.imported == 2 and report.rejects == [], report
     with db.read() as session:
         assert session.scalars(repo.select(repo.Item.text).order_by(repo.Item.id)).all() == ["first", "second"]
+
+
+def test_a_parquet_file_whose_values_unpack_past_any_items_is_refused_before_they_are_decoded(
+    db, tmp_path, monkeypatch
+):
+    """29 KB of zstd can hold three values of 300 MB: the row group's metadata says so, and nothing of it is
+    decoded. At a small scale here: the limit lowered to 1 MB, values of 4 MB."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from diffjev import io
+
+    monkeypatch.setattr(io, "PARQUET_VALUE_BYTES", 1024 * 1024)
+    bomb = tmp_path / "bomb.parquet"
+    fine = [f"ticket {i}" for i in range(5)]
+    table = pa.table(
+        {"id": [f"t{i}" for i in range(8)], "text": fine + [f"{i}" + "x" * 4 * 1024 * 1024 for i in range(3)]}
+    )
+    pq.write_table(table, bomb, compression="zstd", row_group_size=5)  # rows 1-5 fine, rows 6-8 the bomb
+    assert bomb.stat().st_size < 64 * 1024
+    decoded = []
+    real = pq.ParquetFile.iter_batches
+    monkeypatch.setattr(
+        pq.ParquetFile, "iter_batches", lambda f, **kw: decoded.append(kw.get("row_groups")) or real(f, **kw)
+    )
+    with pytest.raises(SourceError, match=r"bomb.parquet: rows 6-8, column 'text': its values unpack to 4.0 MB each"):
+        import_items(db, "p", bomb, id_field="id")
+    assert decoded == [[0]]  # the good row group only, never the bomb's
+    first = tmp_path / "bomb-first.parquet"
+    pq.write_table(table.slice(5), first, compression="zstd")
+    with pytest.raises(SourceError, match="bomb-first.parquet: rows 1-3, column 'text'"):
+        io.peek(first)  # the preview reads the same way
+    with db.read() as session:
+        assert session.scalar(select(func.count()).select_from(Item)) == 0  # a refused import stores nothing
