@@ -682,8 +682,13 @@ def test_an_open_space_says_who_may_annotate(tmp_path, dgemma_engine, hub_space)
 
 
 def test_the_studio_will_not_listen_beyond_localhost_without_a_login(tmp_path):
-    env = {**os.environ, "GRADIO_SERVER_NAME": "0.0.0.0", "DIFFJEV_DB": str(tmp_path / "x.db")}
-    for name in ("DIFFJEV_USERS", "OAUTH_CLIENT_ID", "DIFFJEV_ALLOW_ANONYMOUS"):
+    env = {
+        **os.environ,
+        "GRADIO_SERVER_NAME": "0.0.0.0",
+        "PORT": str(free_port()),  # a free one: refused before it is used, but bound first
+        "DIFFJEV_DB": str(tmp_path / "x.db"),
+    }
+    for name in ("DIFFJEV_USERS", "OAUTH_CLIENT_ID", "DIFFJEV_ALLOW_ANONYMOUS", "GRADIO_SERVER_PORT"):
         env.pop(name, None)
     done = subprocess.run(
         [sys.executable, "app.py"],
@@ -718,8 +723,14 @@ def test_hub_sign_in_is_on_only_where_gradio_does_real_oauth(tmp_path):
     ):
         env = {k: v for k, v in space.items() if k != missing}
         assert not hub_sign_in_configured(env) and says in hub_sign_in_refusal(env), missing
-    env = {**os.environ, "GRADIO_SERVER_NAME": "0.0.0.0", "DIFFJEV_DB": str(tmp_path / "x.db"), "OAUTH_CLIENT_ID": "id"}
-    for name in ("DIFFJEV_USERS", "SYSTEM", "SPACE_ID", "DIFFJEV_ALLOW_ANONYMOUS"):
+    env = {
+        **os.environ,
+        "GRADIO_SERVER_NAME": "0.0.0.0",
+        "PORT": str(free_port()),  # a free one: refused before it is used, but bound first
+        "DIFFJEV_DB": str(tmp_path / "x.db"),
+        "OAUTH_CLIENT_ID": "id",
+    }
+    for name in ("DIFFJEV_USERS", "SYSTEM", "SPACE_ID", "DIFFJEV_ALLOW_ANONYMOUS", "GRADIO_SERVER_PORT"):
         env.pop(name, None)
     done = subprocess.run(
         [sys.executable, "app.py"],
