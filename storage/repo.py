@@ -1507,6 +1507,17 @@ def suggestions_of(
     return {(i, q): (answer, distribution, run) for i, q, answer, distribution, run in rows}
 
 
+def count_answered_pairs(session: Session, question_ids: Sequence[int]) -> int:
+    """How many (item, question) pairs of these questions someone has answered (submitted)."""
+    pairs = (
+        select(Response.item_id, Response.question_id)
+        .where(Response.question_id.in_(question_ids), Response.status == "submitted")
+        .distinct()
+        .subquery()
+    )
+    return session.scalar(select(func.count()).select_from(pairs)) or 0
+
+
 def count_adjudications(session: Session, question_ids: Sequence[int]) -> int:
     query = select(func.count()).select_from(Adjudication).where(Adjudication.question_id.in_(question_ids))
     return session.scalar(query) or 0

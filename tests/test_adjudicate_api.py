@@ -19,11 +19,17 @@ def test_an_annotator_cannot_adjudicate_through_the_api_and_a_reviewer_can(tmp_p
     db = Database(tmp_path / "api.db")
     ids = project(db, items=2)
     answer(db, ids, "t0", "ann", "billing", 1.0)
-    answer(db, ids, "t0", "bob", "technical", 1.0)
+    answer(db, ids, "t1", "ann", "technical", 1.0)
     with db.session() as session:  # naming reviewers leaves the other members answering only
         repo.set_reviewers(session, "p", ["rita"], "owner")
     server, _ = serve_studio(db, dgemma_engine, name="p", auth=USERS)
     with server:
+        rita = Client(server.url, auth=USERS[0], verbose=False)
+        # one annotator so far: no disagreement, and the tab says so and how to review what was answered
+        said = rita.predict("latest", False, False, api_name="/adjudicate_cases")[1]
+        assert "No disagreement: 2 answers given" in said and "Any answered item" in said, said
+        assert "No item has an answer yet" not in said
+        answer(db, ids, "t0", "bob", "technical", 1.0)
         ann = Client(server.url, auth=USERS[1], verbose=False)
         for call in (
             lambda: ann.predict("t0", "team", "billing", "", "mine", "latest", False, False, api_name="/adjudicate"),
@@ -33,7 +39,6 @@ def test_an_annotator_cannot_adjudicate_through_the_api_and_a_reviewer_can(tmp_p
                 call()
         with db.read() as session:
             assert session.scalars(select(Adjudication)).all() == []
-        rita = Client(server.url, auth=USERS[0], verbose=False)
         said = rita.predict("t0", "team", "billing", "", "ok", "latest", False, False, api_name="/adjudicate")[0]
         assert "settled as **billing**" in said
         with db.read() as session:

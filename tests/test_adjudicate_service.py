@@ -143,7 +143,7 @@ def test_adjudicating_stores_its_own_source_keeps_the_reviewers_answer_and_logs_
     # The adjudication is no annotator: agreement still sets alice against bob alone
     table, _ = review.agreement(db, "p")
     assert [row["annotators"] for row in table] == ["alice / bob"]
-    assert adjudication.progress(db, "p") == {"open": 0, "settled": 1}
+    assert adjudication.progress(db, "p") == {"open": 0, "settled": 1, "answered": 3}  # t0, t1, t2
 
 
 def test_a_second_adjudication_replaces_the_first_and_the_trail_keeps_both(db):

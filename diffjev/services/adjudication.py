@@ -153,13 +153,15 @@ def adjudicate(
 
 
 def progress(db: Database, project_name: str) -> dict[str, int]:
-    """How many disagreements are open and how many cases are settled, for the tab's heading."""
+    """How many disagreements are open, how many cases are settled, and how many items answered (each
+    item and question once), for the tab's heading."""
     project_id, _, rows, _ = project_schema(db, project_name)
     question_ids = list(rows.values())
     with db.read() as session:
         open_ = len(repo.adjudication_pairs(session, project_id, question_ids, limit=OPEN_COUNTED))
         settled = repo.count_adjudications(session, question_ids)
-    return {"open": open_, "settled": settled}
+        answered = repo.count_answered_pairs(session, question_ids)
+    return {"open": open_, "settled": settled, "answered": answered}
 
 
 def describe(case: Case) -> dict[str, Any]:

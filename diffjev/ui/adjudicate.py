@@ -24,6 +24,17 @@ NOTHING_OPEN = (
 NOTHING_AT_ALL = "*No item has an answer yet: answers given on the Annotate tab come here when annotators differ.*"
 
 
+def no_disagreement(answered: int) -> str:
+    """What the tab says where items have answers and no two annotators gave one item different answers
+    (one annotator so far, or all agreeing)."""
+    items = f"{answered:,} answer{'s' if answered != 1 else ''}"
+    return (
+        f"*No disagreement: {items} given, and no two annotators answered an item differently. Tick **Any "
+        "answered item** to review the answered items and settle one; the Review tab compares them with the "
+        "model.*"
+    )
+
+
 def card_markdown(case: adjudication.Case) -> str:
     """The case as the reviewer reads it; every text from anyone (item, annotator names, comment) shown
     literally."""
@@ -147,7 +158,10 @@ def case_outputs(found: list[adjudication.Case], counts: dict[str, int], after: 
     heading = f"**{counts['open']}{more}** open disagreements · **{counts['settled']}** settled"
     table = gr.update(value=pd.DataFrame([adjudication.describe(c) for c in found]), visible=True)
     if not found:
-        why = NOTHING_OPEN if counts["open"] or counts["settled"] else NOTHING_AT_ALL
+        if counts["open"] or counts["settled"]:
+            why = NOTHING_OPEN
+        else:
+            why = no_disagreement(counts["answered"]) if counts.get("answered") else NOTHING_AT_ALL
         empty = gr.update(choices=[], value=None)
         return heading, why, "", "", empty, "", "", gr.update(value=None, visible=HIDDEN)
     case = found[0]
