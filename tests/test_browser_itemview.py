@@ -72,6 +72,10 @@ def test_keys_pick_and_enter_stores_the_whole_item(browser, tmp_path, dgemma_eng
         page.keyboard.press("u")
         page.wait_for_function(f"document.querySelector('#itemview .dj-id').innerText === {json.dumps(first)}")
         assert stored(db) == {}
+        # nothing more to undo: said beside the progress line, which stays
+        page.keyboard.press("u")
+        page.wait_for_function("document.querySelector('#itemview-progress').innerText.includes('Nothing left')")
+        assert "Answered: color 0 of 3" in page.inner_text("#itemview-progress")
 
 
 def test_an_item_shown_before_its_read_gets_its_suggestions_without_a_reload(browser, tmp_path, dgemma_engine):

@@ -465,8 +465,10 @@ def build(studio: Studio) -> None:
         who = scope.user
         project_id, schema, rows, _ = annotation.project_schema(studio.db, scope.project)
         back = annotation.undo_last_item(studio.db, project_id, who, session["mark"])
-        if back is None:
-            return session, NOTHING_TO_UNDO, gr.update()
+        if back is None:  # said beside the progress line, which stays
+            card = session.get("card")
+            shown = progress_line(studio.db, card, NOTHING_TO_UNDO) if card is not None else NOTHING_TO_UNDO
+            return session, shown, gr.update()
         item_id, status = back
         given = set(annotation.given_questions(studio.db, project_id, who, schema, rows))
         card = annotation.load_item_card(studio.db, project_id, item_id, schema, rows, None, who, given=given)
