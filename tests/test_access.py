@@ -1068,6 +1068,9 @@ def test_a_studio_with_no_login_answers_only_pages_on_this_machine(tmp_path, dge
         refused = httpx.get(f"{server.url}/config", headers={"Host": rebound, "Origin": f"http://{rebound}"})
         assert refused.status_code == 403 and MARK not in refused.text
         assert "no login" in refused.json()["detail"] and "DIFFJEV_USERS" in refused.json()["detail"]
+        page = httpx.get(f"{server.url}/", headers={"Host": rebound})  # a person opening it sees a page
+        assert page.status_code == 403 and page.headers["content-type"].startswith("text/html")
+        assert f"open it at http://127.0.0.1:{server.port}/" in page.text and MARK not in page.text
         asked = httpx.post(
             f"{server.url}/gradio_api/call/items_browse", headers={"Host": rebound}, json={"data": ["", "All", 1]}
         )

@@ -106,10 +106,15 @@ def press(page, key: str, until: str | None = None) -> str:
 
 
 def start(page, question: str, queue: str) -> None:
+    """As a keyboard user starts: Enter on the focused Start button (it said "Press Start first")."""
     one_question_at_a_time(page)
     choose(page, "#annotate-question", question)
     choose(page, "#annotate-queue", queue)
-    page.locator("#annotate-start").click()
+    before = page.inner_text("#annotate-progress")
+    page.locator("#annotate-start").focus()
+    page.keyboard.press("Enter")
+    page.wait_for_function(f"document.querySelector('#annotate-progress').innerText !== {json.dumps(before)}")
+    assert "Press Start" not in page.inner_text("#annotate-progress")
 
 
 def focus_page(page) -> None:

@@ -76,6 +76,11 @@ def test_keys_pick_and_enter_stores_the_whole_item(browser, tmp_path, dgemma_eng
         page.keyboard.press("u")
         page.wait_for_function("document.querySelector('#itemview-progress').innerText.includes('Nothing left')")
         assert "Answered: color 0 of 3" in page.inner_text("#itemview-progress")
+        # Enter on a focused button presses that button, not Accept
+        page.locator("#item-skip-shown").focus()
+        page.keyboard.press("Enter")
+        page.wait_for_function("document.querySelector('#itemview-progress').innerText.includes('Skipped the last')")
+        assert stored(db) == {(external, "color"): None, (external, "urgent"): None}  # skipped, nothing saved
 
 
 def test_an_item_shown_before_its_read_gets_its_suggestions_without_a_reload(browser, tmp_path, dgemma_engine):

@@ -5,6 +5,10 @@ behind its numbers and recommends no threshold from two lucky items."""
 import json
 
 
+from sqlalchemy import select
+
+from storage import repo
+from storage.models import Item, Question
 from studio_fixtures import choose, serve_studio
 from test_review_api import TWO_LUCKY, graded
 
@@ -22,6 +26,16 @@ def test_review_tab_explains_empty_tables_takes_card_ids_and_wants_enough_items(
         page = browser.new_page(viewport={"width": 1280, "height": 1800})
         page.goto(server.url)
         page.get_by_role("tab", name="Review").click()
+        shows(page, "#review-disagreements", "k3")
+        page.get_by_role("tab", name="Annotate").click()
+        with db.session() as session:  # an answer changed while the Review tab was out of sight
+            item = session.scalar(select(Item.id).where(Item.external_id == "k0"))
+            question = session.scalar(select(Question.id).where(Question.key == "team"))
+            repo.respond(session, repo.ResponseInput(item, question, "ann", "account", "manual"))
+        page.get_by_role("tab", name="Review").click()
+        shows(page, "#review-disagreements", "account")  # opening the tab again shows it, no Refresh needed
+        with db.session() as session:  # and back, for what follows
+            repo.respond(session, repo.ResponseInput(item, question, "ann", "billing", "manual"))
         # Every answer was typed, none accepted: the table of unsure accepts says so instead of "1 2 3".
         shows(page, "#review-unsure-empty", "No suggestion was accepted while the model's confidence")
         assert not page.locator("#review-unsure").is_visible()

@@ -48,6 +48,9 @@ def test_an_annotator_sees_the_tabs_for_answering_and_a_reviewer_all(tmp_path, d
         tabs = visible_tabs(page)
         assert set(MANAGING) <= tabs, tabs
         assert "beta" in page.locator("#engine-banner").inner_text()
+        # who is signed in, and the way out
+        assert "Signed in as bob" in page.locator("#engine-banner").inner_text()
+        assert page.locator("#engine-banner a[href='/logout']").inner_text() == "Sign out"
         page.reload()
         assert set(MANAGING) <= visible_tabs(page)
         assert "beta" in page.locator("#engine-banner").inner_text()

@@ -236,9 +236,11 @@ def host_refusal(scope: dict, hosts: frozenset[str] | None) -> str | None:
         name = ""
     if name in hosts:
         return None
+    port = (scope.get("server") or (None, None))[1]
+    here = f"http://127.0.0.1:{port}/" if port else "http://127.0.0.1 and the studio's port"
     return (
         f"this studio has no login, so it answers only pages on this machine, not on {shown_name(host, 100)}: open "
-        "it at http://127.0.0.1:<port>, or give logins with DIFFJEV_USERS to serve it under a host name"
+        f"it at {here}, or give logins with DIFFJEV_USERS to serve it under a host name"
     )
 
 
@@ -364,7 +366,7 @@ class AccessGate:
         refusal = host_refusal(scope, self.hosts) or cross_site_refusal(scope, self.origins)
         if refusal:
             log.warning("%s %s: %s", method, shown_name(path), refusal)
-            await self._refuse(scope, receive, send, 403, refusal)
+            await self._refuse(scope, receive, send, 403, refusal, refusal_page(refusal))
             return
         if method == "OPTIONS" and "access-control-request-method" in connection.headers:
             await self.app(scope, receive, send)  # a listed origin's preflight: CORS answers it, no cookie sent
@@ -487,6 +489,14 @@ REFUSED_EVENTS_JS = """
 })();
 </script>
 """
+
+
+def refusal_page(said: str) -> str:
+    """The page a browser shows for a refused page load: the reason, in words."""
+    return (
+        "<!doctype html><title>diffjev</title><main style='font-family:sans-serif;max-width:36em;margin:4em auto'>"
+        f"<h1>diffjev</h1><p>{html.escape(said[0].upper() + said[1:])}.</p></main>"
+    )
 
 
 def sign_in_page() -> str:

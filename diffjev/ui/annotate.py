@@ -63,6 +63,8 @@ document.addEventListener("keydown", (e) => {
   const t = e.target;
   if (t && (t.tagName === "INPUT" || t.tagName === "TEXTAREA" || t.tagName === "SELECT" || t.isContentEditable)) return;
   if (e.ctrlKey || e.metaKey || e.altKey) return;
+  // Enter on a focused button presses that button, as anywhere on the web (Start, Skip, Undo, a tab)
+  if (e.key === "Enter" && t && t.closest && t.closest("button")) return;
   let id = null;
   if (e.key === "Enter" || e.key === "a") id = "accept";
   else if (/^[1-9]$/.test(e.key)) id = "pick-" + e.key;
@@ -75,6 +77,15 @@ document.addEventListener("keydown", (e) => {
 });
 </script>
 """
+
+
+FOCUS_THE_CARD_JS = """() => {
+  document.activeElement?.blur();
+  const accept = document.querySelector("#accept");
+  const button = accept && (accept.tagName === "BUTTON" ? accept : accept.querySelector("button"));
+  if (button && !button.disabled) button.focus();
+  (button || document.querySelector("#item"))?.scrollIntoView({block: "nearest"});
+}"""
 
 
 def _image_as_text(self, tokens, idx, options, env) -> str:
@@ -458,7 +469,10 @@ def build(studio: Studio) -> None:
     # cost more than the work itself on every key an annotator presses.
     fast = {"queue": False, "show_progress": "hidden"}
     keep_pick(studio, "annotate", run_pick)
-    start.click(start_queue, [question, queue], outputs, api_name="annotate_start", **fast)
+    # The card, not Start, has the keys then: Enter accepts; the focused Accept button scrolls into view
+    start.click(start_queue, [question, queue], outputs, api_name="annotate_start", **fast).then(
+        None, None, None, js=FOCUS_THE_CARD_JS
+    )
     accept.click(accept_answer, [state], outputs, api_name="accept", **fast)
     for k, button in enumerate(picks):
         button.click(picker(k), [state], outputs, api_name=f"pick_{k + 1}", **fast)

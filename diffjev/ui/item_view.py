@@ -230,6 +230,7 @@ KEYS_JS = """
     const t = e.target;
     const typing = t && (["INPUT", "TEXTAREA", "SELECT"].includes(t.tagName) || t.isContentEditable);
     if (typing) return;
+    if (e.key === "Enter" && t.closest && t.closest("button")) return;  // Enter presses the focused button
     if (e.ctrlKey || e.metaKey || e.altKey) return;
     const qs = questions(v);
     if (e.key === "u" || e.key === "U") { e.preventDefault(); send(v, "item-undo"); return; }
@@ -516,7 +517,14 @@ def build(studio: Studio) -> None:
         show_progress="hidden",
     )
     fast = {"queue": False, "show_progress": "hidden"}
-    start.click(start_queue, [queue], outputs, api_name="item_start", **fast)
+    # The item, not Start, has the keys then (Enter on a focused Start would press it again), in view
+    start.click(start_queue, [queue], outputs, api_name="item_start", **fast).then(
+        None,
+        None,
+        None,
+        js="() => { document.activeElement?.blur(); document.querySelector('#itemview .dj-iq')?.scrollIntoView("
+        "{block: 'nearest'}); }",
+    )
     send_accept.click(accept_item, [state, choices], outputs, api_name="item_accept", **fast)
     send_skip.click(skip_item, [state], outputs, api_name="item_skip", **fast)
     send_undo.click(undo_item, [state], outputs, api_name="item_undo", **fast)

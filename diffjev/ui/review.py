@@ -314,6 +314,8 @@ def build(studio: Studio, opened: gr.Tab | None = None) -> None:
     studio.on_load.append((first_question, [], [cal_question]))
     review_tables = [summary, disagree, disagree_why, unsure, unsure_why]
     refresh.click(tables, [], review_tables, api_name="review")
+    if opened is not None:  # answers given since the page loaded (on the Annotate tab) count at once
+        opened.select(tables, [], review_tables, api_visibility="private", show_progress="hidden")
     change.click(reopen, [item, question, value], [note], api_name="review_change")
     studio.on_load.append((tables, [], review_tables))
 

@@ -159,12 +159,20 @@ def header_text(studio: Studio, project_name: str, latest_run: repo.RunRow | Non
     return f"# diffjev\n⏳ **Loading the model …** pre-labels start when it is ready{project}"
 
 
+def signed_in_line(request: gr.Request | None) -> str:
+    """Who is signed in, and the way out; nothing where nobody signs in (the one local annotator)."""
+    username = getattr(request, "username", None)
+    if not username:
+        return ""
+    return f"  \nSigned in as **{md_text(username)}** · [Sign out](/logout)"
+
+
 def header_update(studio: Studio, request: gr.Request) -> tuple[str, gr.Timer]:
     try:
         name = studio.scope(request).project
-        text = header_text(studio, name, latest_reading_run(studio.db, name))
+        text = header_text(studio, name, latest_reading_run(studio.db, name)) + signed_in_line(request)
     except NoProject as exc:  # said once, here, while every tab leaves its parts as they are
-        text = f"# diffjev\n⚠️ {md_text(html.unescape(exc.message))}"
+        text = f"# diffjev\n⚠️ {md_text(html.unescape(exc.message))}" + signed_in_line(request)
     return text, gr.Timer(active=not studio.slot.settled)
 
 
