@@ -63,6 +63,14 @@ def test_the_picker_lists_only_the_users_projects_and_picking_one_opens_it(
             page.wait_for_function(
                 "(document.querySelector('#project-picker input')?.value || '').startsWith('shared · ')"
             )
+            # focus leaving the picker opens nothing: the page stays, as does the focus
+            page.evaluate("window.stayed = true")
+            page.locator("#project-picker input").click()
+            page.keyboard.press("Escape")
+            page.keyboard.press("Tab")
+            page.get_by_role("tab", name="Project", exact=True).click()
+            page.wait_for_function("document.querySelector('#schema-json')?.innerText.includes('urgent')")
+            assert page.evaluate("window.stayed") is True
         finally:
             context.close()
 

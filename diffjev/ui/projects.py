@@ -27,15 +27,18 @@ from diffjev.ui.context import Studio, md_text, refusal
 from diffjev.ui.project import canvas_preview
 
 
-def open_project_js(tab: str | None = None, project_kept: bool = True) -> str:
+def open_project_js(tab: str | None = None, project_kept: bool = True, unless_open: bool = False) -> str:
     """A page script that navigates once its event gave a name: to that project (or, `project_kept` False,
     to the user's default project, after this one was deleted), on `tab` where named. The page's address
-    names the project, so a link opens it and a reload keeps it; the page opens on the tab it names."""
+    names the project, so a link opens it and a reload keeps it; the page opens on the tab it names.
+    `unless_open`: not when the name is the project the page has open (the picker's input event fires
+    again when focus leaves it)."""
     project = "url.searchParams.set('project', name);" if project_kept else "url.searchParams.delete('project');"
     set_tab = f"url.searchParams.set('tab', {json.dumps(tab)});" if tab else "url.searchParams.delete('tab');"
+    stay = "if (url.searchParams.get('project') === name) return; " if unless_open else ""
     return (
         "(name) => { if (!name) return; const url = new URL(window.location.href); "
-        f"{project} {set_tab} window.location.assign(url.toString()); }}"
+        f"{stay}{project} {set_tab} window.location.assign(url.toString()); }}"
     )
 
 
@@ -70,7 +73,7 @@ def build_picker(studio: Studio) -> None:
     studio.on_load.append((fill, [show_archived], [picker, show_archived]))
     studio.on_items_changed.append((fill, [show_archived], [picker, show_archived]))  # the item counts
     show_archived.input(fill, [show_archived], [picker, show_archived], api_visibility="private")
-    picker.input(None, [picker], None, js=open_project_js())
+    picker.input(None, [picker], None, js=open_project_js(unless_open=True))
     # The project a page opened without naming one goes into its address, so the address is a link to it.
     picker.change(None, [picker], None, js=NAME_THE_PROJECT_JS)
 
