@@ -162,3 +162,15 @@ def test_the_options_reading_takes_one_read_per_item_and_no_second_pass(tmp_path
     import_items(db, "p", pd.DataFrame({"text": ["The site is down", "Refund my invoice"]}), actor="t")
     first, second = prelabel_quick_first(db, "p", engine)
     assert (first.status, first.read, second) == ("completed", 2, None)
+
+
+def test_a_nearly_even_distribution_is_a_guess_whatever_is_picked():
+    from diffjev.ui.annotate import guess_notice
+
+    stars = {"1": 0.21, "2": 0.22, "3": 0.21, "4": 0.21, "5": 0.15}  # as a newcomer saw it: no warning
+    said = guess_notice({"distribution": stars, "label_mass": 0.9})
+    assert "nearly evenly" in said and "its top one has 22%" in said
+    assert "nearly evenly" in guess_notice({"distribution": {"yes": 0.6, "no": 0.4}, "label_mass": 1.0})
+    assert guess_notice({"distribution": {"yes": 0.7, "no": 0.3}, "label_mass": 1.0}) == ""
+    assert "0.5% of its probability" in guess_notice({"distribution": {"yes": 0.9, "no": 0.1}, "label_mass": 0.005})
+    assert guess_notice(None) == guess_notice({"distribution": {}, "label_mass": 1.0}) == ""

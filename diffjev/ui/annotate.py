@@ -5,6 +5,7 @@ answer in the distribution picks it. Undo reaches back only to when Start was pr
 from __future__ import annotations
 
 import html
+import math
 import time
 from typing import Any
 
@@ -181,6 +182,30 @@ def made_by(suggestion: dict) -> str:
     return f" · from {md_text(model)}" if model else ""
 
 
+# At or above this entropy (as a share of the most there can be over the answers), a distribution is close
+# to even and its top answer a guess: 21/22/21/21/16% over five answers is 0.997, 60/40 over two 0.971.
+NEARLY_EVEN = 0.97
+
+
+def guess_notice(suggestion: dict | None) -> str:
+    """A warning line where the model's read is a guess, whatever answer is picked: it put little of its
+    probability on the question's answers (low_mass_notice), or spread it nearly evenly over them."""
+    if not suggestion:
+        return ""
+    low = low_mass_notice(suggestion.get("label_mass"))
+    distribution = suggestion.get("distribution") or {}
+    probs = [float(p) for p in distribution.values() if p and p > 0]
+    if low or len(distribution) < 2 or not probs:
+        return low
+    evenness = -sum(p * math.log(p) for p in probs) / math.log(len(distribution))
+    if evenness < NEARLY_EVEN:
+        return ""
+    return (
+        f"  \n⚠ The model spread its probability nearly evenly over these answers (its top one has "
+        f"{max(probs):.0%}): treat this as a guess."
+    )
+
+
 def low_mass_notice(label_mass: float | None) -> str:
     """A warning line when the model put little of its probability on the question's answers at all: the
     distribution drawn is then renormalised from scraps, and reads far surer than the model was."""
@@ -277,7 +302,7 @@ def build(studio: Studio) -> None:
             if s.get("calibrated") is not None:
                 text += f"; calibrated confidence {s['calibrated']:.2f}"
             text += made_by(s)
-            text += low_mass_notice(s.get("label_mass"))
+            text += guess_notice(s)
             if spans:
                 text += span_confidences(s)
         if card.current is not None:

@@ -43,7 +43,7 @@ CSS = """
 .dj-iq { border: 1px solid #e5e7eb; border-radius: 6px; padding: 6px 10px; margin-bottom: 8px; }
 .dj-iq.dj-focus { border-color: #2563eb; box-shadow: 0 0 0 2px #bfdbfe; }
 .dj-iq.dj-off { display: none; }
-.dj-iq .dj-missing { color: #b91c1c; font-size: .85em; }
+.dj-iq .dj-missing, .dj-iq .dj-guess { color: #b91c1c; font-size: .85em; }
 .dj-opt { display: grid; grid-template-columns: 2em 12em 1fr 3.5em; align-items: center; gap: 6px;
   cursor: pointer; padding: 2px 4px; border-radius: 4px; }
 .dj-opt.dj-chosen { background: #dbeafe; font-weight: 600; }
@@ -280,9 +280,9 @@ def question_html(index: int, entry: annotation.Entry) -> str:
         )
     chosen_attr = "" if chosen is None else f" data-chosen='{html.escape(chosen)}'"
     missing = "" if chosen is not None else "<div class='dj-missing'>No suggestion: pick an answer.</div>"
-    guess = annotate.low_mass_notice(entry.suggestion.get("label_mass")) if entry.suggestion else ""
-    if guess:  # the model put almost nothing on these answers: its bars are a guess
-        missing += f"<div class='dj-missing'>{html.escape(guess.strip())}</div>"
+    guess = annotate.guess_notice(entry.suggestion)
+    if guess:  # its bars are a guess: said whatever answer is picked (a pick removes only .dj-missing)
+        missing += f"<div class='dj-guess'>{html.escape(guess.strip())}</div>"
     focus = " dj-focus" if index == 0 and entry.applies else ""
     off, staged = staged_attributes(entry)
     return (
