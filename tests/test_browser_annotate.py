@@ -89,7 +89,10 @@ def test_undo_stays_in_the_session_and_its_question(browser, tmp_path, dgemma_en
         card = page.inner_text("#item")
         assert "pro" in card and "expected_team" not in card and "GOLD" not in card  # the gold stays hidden
         first = shown_id(page)
-        page.locator("#distribution").get_by_test_id("account-confidence-set").click()  # clicking picks
+        # each bar carries its answer's key: the bars go most likely first, the keys in the answers' order
+        drawn = page.inner_text("#distribution")
+        assert all(f"[{k}] {name}" in drawn for k, name in ((1, "billing"), (2, "technical"), (3, "account")))
+        page.locator("#distribution").get_by_test_id("[3] account-confidence-set").click()  # clicking picks
         page.wait_for_function(f"document.querySelector('#item .dj-id').innerText !== {json.dumps(first)}")
         page.locator("body").click(position={"x": 5, "y": 5})
         press_and_wait(page, "1")

@@ -175,6 +175,24 @@ def shown_answer(card: annotation.Card, value: str) -> str:
     return span_words(value, card.text, card.question.kind)
 
 
+def bar_label(position: int, name: str) -> str:
+    """An answer as its bar is labelled: with its key, since the bars are drawn most likely first while
+    the keys follow the answers' order."""
+    return f"[{position + 1}] {name}" if position < MAX_KEYS else name
+
+
+def keyed_bars(names: tuple[str, ...], distribution: dict[str, float]) -> dict[str, float]:
+    return {bar_label(k, name): distribution[name] for k, name in enumerate(names) if name in distribution}
+
+
+def answer_of_bar(names: tuple[str, ...], clicked: Any) -> str | None:
+    """The answer a clicked bar names (its label, or the bare name an API client sends), or None."""
+    for k, name in enumerate(names):
+        if clicked in (bar_label(k, name), name):
+            return name
+    return None
+
+
 def made_by(suggestion: dict) -> str:
     """Which model made the suggestion: an imported run's is another tool's model, not the one the header
     names. The name is anyone's text, escaped."""
@@ -295,7 +313,7 @@ def build(studio: Studio) -> None:
         if s is None:
             label, text = None, ("Suggestion hidden: blind slice." if card.blind else "No suggestion for this item.")
         else:
-            label = s["distribution"]
+            label = keyed_bars(card.question.names, s["distribution"])
             text = f"Model: **{md_text(shown_answer(card, s['answer']))}**, confidence {s['confidence']:.2f}"
             if s.get("stderr") is not None:
                 text += f" ± {s['stderr']:.2f} over {s['draws']} reads"
@@ -437,9 +455,10 @@ def build(studio: Studio) -> None:
 
     def click_answer(session: dict | None, clicked: gr.SelectData, request: gr.Request) -> tuple:
         card = session["card"] if session else None
-        if card is None or clicked.value not in card.question.names:
+        name = answer_of_bar(card.question.names, clicked.value) if card is not None else None
+        if name is None:
             return only_a_note(START_FIRST)
-        return respond(session, clicked.value, "submitted", request)
+        return respond(session, name, "submitted", request)
 
     def questions(request: gr.Request) -> Any:  # the schema may have a new version since the server started
         current = [q.id for q in studio.schema(studio.scope(request))[1].questions]
