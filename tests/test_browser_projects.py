@@ -87,8 +87,11 @@ def test_a_new_project_opens_on_its_import_tab(tmp_path, dgemma_engine, browser)
             page.locator("#new-project-create").click()  # the form's one row has no id yet
             page.wait_for_function("document.querySelector('#new-project-error').innerText.includes('question row 1')")
             page.get_by_label("JSON").check()  # the questions pasted as JSON this time
-            # nothing pasted yet: the form's warning goes, and no "not valid JSON" warning takes its place
+            # the form held no question: the editor starts from an example, with no warning
             page.wait_for_function("!document.querySelector('#new-project-error').innerText.includes('question row')")
+            page.wait_for_function(
+                "document.querySelector('#new-project-json .cm-content')?.innerText.includes('team')"
+            )
             assert "not valid JSON" not in page.inner_text("#new-project-error")
             assert not page.locator("#new-project-add").is_visible()  # the form's buttons go with the form
             schema = {"questions": [{"id": "urgent", "type": "yes_no", "instructions": "Reply within the hour?"}]}

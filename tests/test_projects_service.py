@@ -232,3 +232,21 @@ def test_a_new_project_reads_its_text_from_the_column_named(db):
         assert repo.get_project(session, "bodies").text_field == "body"
     with pytest.raises(projects.ProjectInputError, match="text column: name the column"):
         projects.create_project(db, "no-text", schema, "root", text_field="  ")
+
+
+def test_the_forms_rows_go_to_the_json_editor_and_an_empty_form_gives_an_example():
+    import json
+
+    from diffjev.services.projects import EXAMPLE_SCHEMA, form_as_json, schema_from_json
+
+    rows = [
+        ["urgent", "yes_no", "Reply within the hour?", ""],
+        ["team", "choice", "Which team?", "billing; technical: bugs"],
+    ]
+    text = form_as_json(rows)
+    schema = schema_from_json(text)  # what the editor holds is a schema the editor takes
+    assert [q.id for q in schema.questions] == ["urgent", "team"]
+    assert schema.question("team").names == ("billing", "technical")
+    assert json.loads(form_as_json([["", "yes_no", "", ""]])) == EXAMPLE_SCHEMA
+    assert json.loads(form_as_json([["", "maybe", "", ""]])) == EXAMPLE_SCHEMA  # a row that does not read
+    assert [q.id for q in schema_from_json(json.dumps(EXAMPLE_SCHEMA)).questions] == ["urgent", "team"]

@@ -105,6 +105,30 @@ def schema_from_form(instructions: str, rows: list[list[Any]], template: str = "
     return _schema(data, template)
 
 
+# What the JSON editor starts from when the form holds no question yet: a schema to edit, not a blank.
+EXAMPLE_SCHEMA = {
+    "questions": [
+        {"id": "urgent", "type": "yes_no", "instructions": "Does the customer need a reply within the hour?"},
+        {
+            "id": "team",
+            "type": "choice",
+            "instructions": "Which team should handle it?",
+            "options": [{"name": "billing"}, {"name": "technical", "description": "bugs, outages"}],
+        },
+    ]
+}
+
+
+def form_as_json(rows: list[list[Any]]) -> str:
+    """The question form's rows as the schema JSON the editor takes, so switching from the form to JSON
+    keeps them; the example schema where the form holds no question that reads."""
+    try:
+        questions = [q for n, row in enumerate(rows, start=1) if (q := form_question(n, row)) is not None]
+    except ProjectInputError:
+        questions = []
+    return json.dumps({"questions": questions} if questions else EXAMPLE_SCHEMA, indent=2, ensure_ascii=False)
+
+
 def schema_from_json(text: str, instructions: str = "", template: str = "") -> Schema:
     try:
         data = json.loads(text or "")

@@ -111,7 +111,7 @@ def _build_new_project(studio: Studio) -> None:
         "separated by `;`, each `name` or `name: description`), or paste a schema as JSON. **Create** opens "
         "the new project's Import tab."
     )
-    with gr.Row():
+    with gr.Column():  # one column: beside a preview the questions grid had half the width and scrolled
         with gr.Column():
             name = gr.Textbox(label="Name", elem_id="new-project-name")
             text_field = gr.Textbox(
@@ -183,15 +183,22 @@ def _build_new_project(studio: Studio) -> None:
     inputs = [source, instructions, form, schema_json, template]
     for component in (instructions, form, schema_json, template):
         component.change(show, inputs, [error, preview], api_visibility="private")
+
+    def switched(source_: str, table: Any, text: str) -> tuple:
+        """Form or JSON shown; to JSON with nothing pasted yet, the form's rows (else an example) fill it."""
+        to_json = source_ == "JSON"
+        fill = to_json and not (text or "").strip()
+        code = (
+            gr.update(visible=True, value=projects.form_as_json(rows_of(table))) if fill else gr.update(visible=to_json)
+        )
+        return (
+            gr.Dataframe(visible=not to_json),
+            code,
+            *[gr.Button(visible=not to_json)] * 2,
+        )
+
     source.change(
-        lambda s: (
-            gr.Dataframe(visible=s == "Form"),
-            gr.Code(visible=s == "JSON"),
-            *[gr.Button(visible=s == "Form")] * 2,
-        ),
-        [source],
-        [form, schema_json, add, remove],
-        api_visibility="private",
+        switched, [source, form, schema_json], [form, schema_json, add, remove], api_visibility="private"
     ).then(show, inputs, [error, preview], api_visibility="private")
     add.click(lambda t: rows_of(t) + [["", "yes_no", "", ""]], [form], [form], api_visibility="private")
     remove.click(lambda t: rows_of(t)[:-1] or EMPTY_FORM, [form], [form], api_visibility="private")
