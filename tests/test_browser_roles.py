@@ -48,6 +48,9 @@ def test_an_annotator_sees_the_tabs_for_answering_and_a_reviewer_all(tmp_path, d
         tabs = visible_tabs(page)
         assert set(MANAGING) <= tabs, tabs
         assert "beta" in page.locator("#engine-banner").inner_text()
+        page.get_by_role("tab", name="Manage").click()  # bob runs beta, but only admins make projects
+        page.locator("#project-roles").wait_for()
+        assert not page.locator("#new-project").is_visible()
         # who is signed in, and the way out
         assert "Signed in as bob" in page.locator("#engine-banner").inner_text()
         assert page.locator("#engine-banner a[href='/logout']").inner_text() == "Sign out"

@@ -64,6 +64,8 @@ CSS = """
 .dj-slot { background: #fde68a; padding: 0 3px; font-weight: bold; }
 .dj-preview pre { white-space: pre-wrap; max-height: 20em; overflow: auto; }
 """
+# Making a project is for admins (its handlers refuse anyone else): the form is not shown to others.
+CSS += "body.dj-not-admin #new-project { display: none; }\n"
 CSS += "body.dj-annotator button[role=tab]:is(%s) { display: none; }\n" % ", ".join(
     f"[data-tab-id={tab}]" for tab in projects.REVIEWERS_TABS
 )
@@ -223,10 +225,16 @@ def build_blocks(studio: Studio) -> gr.Blocks:
         role = gr.Textbox(visible="hidden", elem_id="dj-role")
 
         def role_of(request: gr.Request) -> str:
+            if studio.acting(request)[1]:  # an admin, even with no project left to open (to make one)
+                return "admin"
             return studio.scope(request).role
 
         blocks.load(quiet_without_project(role_of, [role]), [], [role], api_visibility="private").then(
-            None, [role], None, js="(role) => { document.body.classList.toggle('dj-annotator', role === 'annotator'); }"
+            None,
+            [role],
+            None,
+            js="(role) => { document.body.classList.toggle('dj-annotator', role === 'annotator'); "
+            "document.body.classList.toggle('dj-not-admin', role !== 'admin'); }",
         )
         studio.on_load.append((projects.opening_tab(studio), [], [tabs]))
         for handler, inputs, outputs in studio.on_load:
