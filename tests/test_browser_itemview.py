@@ -40,7 +40,7 @@ def test_keys_pick_and_enter_stores_the_whole_item(browser, tmp_path, dgemma_eng
     db = studio_db(tmp_path / "itemview.db", TEXTS, prelabel_with=dgemma_engine, schema=SCHEMA)
     server, _ = serve_studio(db, dgemma_engine)
     with server:
-        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page = browser.new_page(viewport={"width": 1366, "height": 768})  # a laptop's screen
         page.goto(server.url)
         page.locator("#itemview-queue").wait_for()  # the item view is the default for two questions
         page.locator("#itemview-start").click()
@@ -54,6 +54,9 @@ def test_keys_pick_and_enter_stores_the_whole_item(browser, tmp_path, dgemma_eng
         page.locator("#itemview .dj-text").click()  # the keys go to the page, not the Start button
         page.keyboard.press("2")  # the first question has the focus: its second answer
         page.keyboard.press("ArrowDown")
+        on_screen = "(() => { const r = document.querySelector('#itemview .dj-focus').getBoundingClientRect(); "
+        on_screen += "return r.top >= 0 && r.bottom <= window.innerHeight + 1; })()"  # + a subpixel
+        page.wait_for_function(on_screen)  # the focused question is scrolled into view
         page.keyboard.press("1")
         page.keyboard.press("ArrowRight")  # the next answer of the focused question
         assert chosen(page) == {"color": "blue", "urgent": "no"}

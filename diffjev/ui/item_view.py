@@ -90,6 +90,7 @@ KEYS_JS = """
     const qs = questions(v); if (!qs.length) return;
     const k = (i + qs.length) % qs.length;
     qs.forEach((q, j) => q.classList.toggle("dj-focus", j === k));
+    qs[k].scrollIntoView({block: "nearest"});  // the focused question is always on screen
   };
   const focused = (v) => Math.max(0, questions(v).findIndex((q) => q.classList.contains("dj-focus")));
   const choose = (q, opt) => {
