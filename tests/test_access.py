@@ -681,16 +681,18 @@ def test_an_open_space_says_who_may_annotate(tmp_path, dgemma_engine, hub_space)
     assert "`diffjev members --project demo-tickets.v2 user1,user2`" in members_note_text(studio, None)
 
 
-def test_the_studio_will_not_listen_beyond_localhost_without_a_login(tmp_path):
+def app_beyond_localhost(tmp_path, **settings) -> subprocess.CompletedProcess:
+    """`python app.py` on 0.0.0.0 with no login setting but `settings`, on a free port (refused before it
+    is used, but bound first), with a database file that must not be made."""
     env = {
         **os.environ,
         "GRADIO_SERVER_NAME": "0.0.0.0",
-        "PORT": str(free_port()),  # a free one: refused before it is used, but bound first
+        "PORT": str(free_port()),
         "DIFFJEV_DB": str(tmp_path / "x.db"),
     }
-    for name in ("DIFFJEV_USERS", "OAUTH_CLIENT_ID", "DIFFJEV_ALLOW_ANONYMOUS", "GRADIO_SERVER_PORT"):
-        env.pop(name, None)
-    done = subprocess.run(
+    unset = ("DIFFJEV_USERS", "OAUTH_CLIENT_ID", "SYSTEM", "SPACE_ID", "DIFFJEV_ALLOW_ANONYMOUS", "GRADIO_SERVER_PORT")
+    env = {k: v for k, v in env.items() if k not in unset} | settings
+    return subprocess.run(
         [sys.executable, "app.py"],
         cwd=Path(__file__).parent.parent,
         env=env,
@@ -698,6 +700,10 @@ def test_the_studio_will_not_listen_beyond_localhost_without_a_login(tmp_path):
         text=True,
         timeout=120,
     )
+
+
+def test_the_studio_will_not_listen_beyond_localhost_without_a_login(tmp_path):
+    done = app_beyond_localhost(tmp_path)
     assert done.returncode != 0 and "refusing to listen on 0.0.0.0 with no login" in done.stderr, done.stderr[-2000:]
     assert "DIFFJEV_ALLOW_ANONYMOUS=1" in done.stderr
     assert not (tmp_path / "x.db").exists()  # refused before anything was created
@@ -723,23 +729,7 @@ def test_hub_sign_in_is_on_only_where_gradio_does_real_oauth(tmp_path):
     ):
         env = {k: v for k, v in space.items() if k != missing}
         assert not hub_sign_in_configured(env) and says in hub_sign_in_refusal(env), missing
-    env = {
-        **os.environ,
-        "GRADIO_SERVER_NAME": "0.0.0.0",
-        "PORT": str(free_port()),  # a free one: refused before it is used, but bound first
-        "DIFFJEV_DB": str(tmp_path / "x.db"),
-        "OAUTH_CLIENT_ID": "id",
-    }
-    for name in ("DIFFJEV_USERS", "SYSTEM", "SPACE_ID", "DIFFJEV_ALLOW_ANONYMOUS", "GRADIO_SERVER_PORT"):
-        env.pop(name, None)
-    done = subprocess.run(
-        [sys.executable, "app.py"],
-        cwd=Path(__file__).parent.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = app_beyond_localhost(tmp_path, OAUTH_CLIENT_ID="id")
     assert done.returncode != 0 and "Hugging Face sign-in works only on a Space" in done.stderr, done.stderr[-2000:]
     assert "DIFFJEV_USERS" in done.stderr and not (tmp_path / "x.db").exists()
 

@@ -26,6 +26,21 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "diffjev.cli", *args], capture_output=True, text=True, timeout=600)
 
 
+def import_labelstudio(db_path: Path, project: str, export: Path, config: Path) -> subprocess.CompletedProcess:
+    return cli(
+        "import-project",
+        "--db",
+        str(db_path),
+        "--project",
+        project,
+        "--from",
+        "labelstudio",
+        str(export),
+        "--config",
+        str(config),
+    )
+
+
 def test_a_label_studio_export_imports_with_its_annotators_and_predictions(tmp_path):
     db_path = tmp_path / "ls.db"
     done = cli("import-project", "--db", str(db_path), "--project", "from-ls", "--from", "labelstudio")
@@ -241,18 +256,7 @@ def test_a_snapshot_then_the_quick_form_adds_no_answer_twice(tmp_path):
     db_path = tmp_path / "snapshot-first.db"
     counts = []
     for export in ("ls_export.json", "ls_export_button.json", "ls_export.json"):
-        done = cli(
-            "import-project",
-            "--db",
-            str(db_path),
-            "--project",
-            "p",
-            "--from",
-            "labelstudio",
-            str(live / export),
-            "--config",
-            str(live / "label_config.xml"),
-        )
+        done = import_labelstudio(db_path, "p", live / export, live / "label_config.xml")
         assert done.returncode == 0, done.stderr
         bundle = project_bundle(Database(db_path), "p")
         counts.append(sum(len(r.answers) for r in bundle.records))
@@ -297,8 +301,7 @@ def test_a_label_studio_draft_is_counted_as_not_taken_never_dropped_silently(tmp
     export = tmp_path / "with-draft.json"
     export.write_text(json.dumps(tasks))
     db_path = tmp_path / "drafts.db"
-    args = ("import-project", "--db", str(db_path), "--project", "p", "--from", "labelstudio", str(export))
-    done = cli(*args, "--config", str(LS_CONFIG))
+    done = import_labelstudio(db_path, "p", export, LS_CONFIG)
     assert done.returncode == 0, done.stderr
     said = done.stdout + done.stderr
     assert "1 draft (answers saved in Label Studio but never submitted) was not imported" in said, said
@@ -309,49 +312,19 @@ def test_a_label_studio_draft_is_counted_as_not_taken_never_dropped_silently(tmp
 
 def test_a_label_studio_export_credits_the_importer_unless_asked_for_user_ids(tmp_path):
     db_path = tmp_path / "people.db"
-    done = cli(
-        "import-project",
-        "--db",
-        str(db_path),
-        "--project",
-        "p",
-        "--from",
-        "labelstudio",
-        str(LS_EXPORT),
-        "--config",
-        str(LS_CONFIG),
-    )
+    done = import_labelstudio(db_path, "p", LS_EXPORT, LS_CONFIG)
     assert done.returncode == 0, done.stderr
     out = tmp_path / "out.json"
-    done = cli("export", "--db", str(db_path), "--project", "p", "--format", "labelstudio", "--out", str(out), "--all")
+
+    def export(fmt: str, target: Path, *flags: str) -> subprocess.CompletedProcess:
+        return cli("export", "--db", str(db_path), "--project", "p", "--format", fmt, "--out", str(target), *flags)
+
+    done = export("labelstudio", out, "--all")
     assert done.returncode == 0, done.stderr
     tasks = json.loads(out.read_text())
     assert tasks and all("completed_by" not in a for t in tasks for a in t["annotations"])  # a fresh instance takes it
-    done = cli(
-        "export",
-        "--db",
-        str(db_path),
-        "--project",
-        "p",
-        "--format",
-        "labelstudio",
-        "--out",
-        str(out),
-        "--all",
-        "--ls-user-ids",
-    )
+    done = export("labelstudio", out, "--all", "--ls-user-ids")
     assert done.returncode == 0, done.stderr
     assert all(isinstance(a["completed_by"], int) for t in json.loads(out.read_text()) for a in t["annotations"])
-    done = cli(
-        "export",
-        "--db",
-        str(db_path),
-        "--project",
-        "p",
-        "--format",
-        "csv",
-        "--out",
-        str(tmp_path / "x.csv"),
-        "--ls-user-ids",
-    )
+    done = export("csv", tmp_path / "x.csv", "--ls-user-ids")
     assert done.returncode != 0 and "--ls-user-ids is for the labelstudio format" in done.stderr
