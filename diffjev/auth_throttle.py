@@ -25,6 +25,10 @@ from typing import Callable
 log = logging.getLogger("diffjev")
 MAX_DELAY = 15 * 60.0
 FORGET_AFTER = 15 * 60.0  # failures this long ago no longer count
+# Users and addresses are kept only while their failures count, and at most this many at once (the ones
+# failing longest ago go first): every name anyone tries, 60,000 characters each, would otherwise stay.
+MAX_KEPT = 10_000
+NAME_CHARS = 200  # of a tried name, as key and in the log: no user's name is longer (PERSON_CHARS)
 _client_address: ContextVar[str] = ContextVar("client_address", default="unknown")
 
 
@@ -56,6 +60,7 @@ class LoginThrottle:
     def check(self, username: str, address: str, password_ok: Callable[[], bool]) -> bool:
         """Whether the login succeeds; Throttled, before the password is looked at, while the user or
         the address is locked out."""
+        username = username[:NAME_CHARS]
         keys = {f"user {username!r}": f"user:{username}", f"address {address}": f"address:{address}"}
         now = self.clock()
         with self._lock:
@@ -82,6 +87,8 @@ class LoginThrottle:
         return False
 
     def _fail(self, key: str, now: float) -> float:
+        if key not in self._failures and len(self._failures) >= MAX_KEPT:
+            self._forget(now)
         entry = self._failures.setdefault(key, _Failures())
         if now - entry.last > FORGET_AFTER:
             entry.count = 0
@@ -92,6 +99,18 @@ class LoginThrottle:
         delay = min(MAX_DELAY, self.base_delay * 2 ** (entry.count - self.allowed))
         entry.locked_until = now + delay
         return delay
+
+    def _forget(self, now: float) -> None:
+        """Drop the entries whose failures no longer count and that are not refused; past MAX_KEPT still,
+        the ones that failed longest ago."""
+        self._failures = {
+            key: entry
+            for key, entry in self._failures.items()
+            if now - entry.last <= FORGET_AFTER or entry.locked_until > now
+        }
+        if len(self._failures) >= MAX_KEPT:
+            newest = sorted(self._failures.items(), key=lambda kv: kv[1].last)[len(self._failures) - MAX_KEPT // 2 :]
+            self._failures = dict(newest)
 
 
 def _env_number(name: str, default, kind):

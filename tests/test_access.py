@@ -994,23 +994,39 @@ def test_a_body_is_not_read_before_the_sign_in_and_is_capped_per_route(studio):
     alice = logged_in(server, USERS[0])
     cookie = "; ".join(f"{k}={v}" for k, v in alice.cookies.items())
     for path in ("/gradio_api/queue/join", "/gradio_api/upload", "/login"):
+        closed = []
         said = raw_request(
-            server, f"POST {path} HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nContent-Length: {big}\r\n\r\n"
+            server,
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nContent-Length: {big}\r\n\r\n",
+            closed=closed,
         )
         assert said.startswith(b"HTTP/1.1 413") and b"DIFFJEV_MAX_BODY" in said, (path, said[:300])
+        assert closed == [True], path
+    # a GET with a body, which no route reads, is refused and its connection closed, with or without a login
+    for head in ("", f"Cookie: {cookie}\r\n"):
+        closed = []
+        said = raw_request(
+            server, f"GET /gradio_api/info HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {big}\r\n\r\n", closed=closed
+        )
+        assert said.startswith(b"HTTP/1.1 400") and closed == [True], said[:200]
+    # a Gradio event's JSON becomes objects many times its size: 1 MB by default is what the largest needs
+    two_mb = json.dumps({"data": [{}] * (1024 * 1024), "fn_index": 0, "session_hash": "x"})
+    refused = alice.post("/gradio_api/queue/join", content=two_mb, headers={"Content-Type": "application/json"})
+    assert refused.status_code == 413, refused.status_code
     basic = raw_request(
         server,
         "POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Basic YWxpY2U6YS1zZWNyZXQ=\r\n"  # a-secret
         f"Content-Length: {big}\r\n\r\n",
     )
     assert basic.startswith(b"HTTP/1.1 413"), basic[:300]
-    # a body with no length, streamed past the cap (16 MB by default), is cut off as it arrives
+    # a body with no length, streamed past the cap, is cut off as it arrives, and its connection closed
     streamed = alice.post(
         "/gradio_api/queue/join",
         content=(b"x" * 1024 * 1024 for _ in range(20)),
         headers={"Content-Type": "application/json"},
     )
     assert streamed.status_code == 413 and "DIFFJEV_MAX_BODY" in streamed.json()["detail"]
+    assert streamed.headers["connection"] == "close"
     assert alice.get("/config").status_code == 200  # and the studio goes on serving
 
 
@@ -1065,5 +1081,7 @@ def test_a_studio_with_no_login_answers_only_pages_on_this_machine(tmp_path, dge
             f"{server.url}/gradio_api/call/items_browse", headers={"Host": rebound}, json={"data": ["", "All", 1]}
         )
         assert asked.status_code == 403
+        for odd in (f"evil.com@localhost:{server.port}", "localhost#.evil.com", f"localhost:{server.port} evil.com"):
+            assert httpx.get(f"{server.url}/config", headers={"Host": odd}).status_code == 403, odd
         for own in (f"127.0.0.1:{server.port}", f"localhost:{server.port}", f"[::1]:{server.port}"):
             assert httpx.get(f"{server.url}/config", headers={"Host": own}).status_code == 200, own

@@ -167,3 +167,23 @@ def test_a_forwarded_for_header_names_no_address_unless_its_proxy_is_trusted(stu
     monkeypatch.setenv("DIFFJEV_TRUSTED_PROXIES", "127.0.0.1")  # behind a proxy the studio is told of
     config = server_config(None, "127.0.0.1", 1)
     assert config.proxy_headers and config.forwarded_allow_ips == "127.0.0.1"
+
+
+def test_failed_logins_under_ever_new_names_keep_a_bounded_table_and_short_log_lines(caplog):
+    """Every name tried was kept for good, 60,000 characters each, and logged whole: an anonymous flood of
+    failed logins grew the studio's memory and log without end."""
+    from diffjev import auth_throttle
+    from diffjev.auth_throttle import LoginThrottle
+
+    now = [0.0]
+    throttle = LoginThrottle(allowed=5, base_delay=1.0, clock=lambda: now[0])
+    caplog.set_level(logging.WARNING, logger="diffjev")
+    for k in range(auth_throttle.MAX_KEPT + 500):
+        now[0] += 0.01
+        assert not throttle.check(f"{k}-" + "x" * 60_000, f"10.0.{k // 250}.{k % 250}", lambda: False)
+    assert len(throttle._failures) <= auth_throttle.MAX_KEPT
+    assert max(len(key) for key in throttle._failures) <= auth_throttle.NAME_CHARS + 10
+    assert max(len(r.getMessage()) for r in caplog.records) < 400
+    now[0] += auth_throttle.FORGET_AFTER + 1  # once their failures no longer count, they are dropped
+    throttle._forget(now[0])
+    assert throttle._failures == {}

@@ -18,6 +18,7 @@ import html
 import json
 import logging
 import os
+import re
 import threading
 import time
 from base64 import b64decode
@@ -170,6 +171,7 @@ def signed_in_hub_user(connection: HTTPConnection) -> str | None:
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 STATE_CHANGING_GETS = ("/logout",)  # a link or an image on another site must not sign anyone out
 LOCAL_HOST_NAMES = ("localhost", "127.0.0.1", "::1")
+PLAIN_HOST = re.compile(r"(?P<name>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::\d{1,5})?")
 DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
 
 
@@ -230,11 +232,8 @@ def host_refusal(scope: dict, hosts: frozenset[str] | None) -> str | None:
     host = Headers(scope=scope).get("host")
     if host is None:
         return None
-    try:
-        name = (urlsplit(f"//{host.strip()}").hostname or "").lower()
-    except ValueError:
-        name = ""
-    if name in hosts:
+    plain = PLAIN_HOST.fullmatch(host)  # name[:port] and nothing else: no userinfo, fragment or space
+    if plain is not None and plain["name"].lower().strip("[]") in hosts:
         return None
     port = (scope.get("server") or (None, None))[1]
     here = f"http://127.0.0.1:{port}/" if port else "http://127.0.0.1 and the studio's port"
@@ -368,6 +367,10 @@ class AccessGate:
             log.warning("%s %s: %s", method, shown_name(path), refusal)
             await self._refuse(scope, receive, send, 403, refusal, refusal_page(refusal))
             return
+        if method in SAFE_METHODS and has_body(connection.headers):
+            # A GET carries no body, and no route reads one: uvicorn would go on taking in what it drops
+            await self._refuse(scope, receive, send, 400, f"a {method} request carries no body; send it without one")
+            return
         if method == "OPTIONS" and "access-control-request-method" in connection.headers:
             await self.app(scope, receive, send)  # a listed origin's preflight: CORS answers it, no cookie sent
             return
@@ -449,6 +452,12 @@ class AccessGate:
             body = {"detail": detail, "error": detail, "visible": True, "title": "Not allowed"}
             response = JSONResponse(body, status, headers=dict(headers or {}))
         await response(scope, receive, send)
+
+
+def has_body(headers: Any) -> bool:
+    """Whether a request says it sends a body: a Content-Length past 0, or a Transfer-Encoding."""
+    length = headers.get("content-length", "").strip()
+    return bool(headers.get("transfer-encoding")) or (bool(length) and length != "0")
 
 
 def capped(receive: Any, limit: int) -> Any:
