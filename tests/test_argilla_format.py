@@ -251,3 +251,33 @@ def test_argilla_fixture_survives_a_round_trip(tmp_path):
     assert back.schema == bundle.schema
     assert [r.answers for r in back.records] == [r.answers for r in bundle.records]
     assert [r.predictions for r in back.records] == [r.predictions for r in bundle.records]
+
+
+def test_a_suggestion_scored_under_an_even_share_keeps_its_answer_and_score_and_is_never_outvoted(tmp_path):
+    """Argilla keeps one score per suggestion. 'negative' at 0.3 over three answers, spread by the one
+    rule (the rest shared evenly), gave the other two 0.35 each: the stored answer was not the likeliest."""
+    from sqlalchemy import select
+
+    from diffjev.services.interchange import import_bundle
+    from storage.db import Database
+    from storage.models import Question, Suggestion
+
+    folder = tmp_path / "ds"
+    shutil.copytree(FIXTURE, folder)
+    edit(folder / "records.json", lambda r: r[0]["suggestions"]["sentiment"].update(value="negative", score=0.3))
+    suggested = {a.question: a for a in read_argilla(folder).records[0].predictions[AGENT]}["sentiment"]
+    assert (suggested.answer, suggested.confidence) == ("negative", 0.3)
+    top = max(suggested.distribution.values())
+    assert suggested.distribution["negative"] == top  # nothing outranks the suggested answer
+    assert suggested.distribution == pytest.approx({"positive": 1 / 3, "neutral": 1 / 3, "negative": 1 / 3})
+    db = Database(tmp_path / "p.db")
+    import_bundle(db, "p", read_argilla(folder), "owner")
+    with db.read() as session:
+        stored = session.execute(
+            select(Suggestion.answer, Suggestion.confidence, Suggestion.distribution)
+            .join(Question, Question.id == Suggestion.question_id)
+            .where(Question.key == "sentiment")
+            .order_by(Suggestion.item_id)
+        ).first()
+    assert stored.answer == "negative" and stored.confidence == pytest.approx(0.3)  # the score as given
+    assert max(stored.distribution.values()) == pytest.approx(stored.distribution["negative"])

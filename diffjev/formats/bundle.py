@@ -113,7 +113,10 @@ class Bundle:
 def score_distribution(names: tuple[str, ...] | list[str], answer: str, score: float) -> dict[str, float]:
     """A tool's one score for its predicted answer as a distribution, the one rule every format uses where
     the file holds no distribution of its own: the answer gets the score, the other answers share the rest
-    evenly."""
+    evenly. A score under an even share (yes at 0.45) would give another answer more than the one the tool
+    chose: then the spread is even, and the answer keeps its score as its confidence (ModelAnswer)."""
+    if len(names) > 1 and score < 1.0 / len(names):
+        return {name: 1.0 / len(names) for name in names}
     rest = (1.0 - score) / (len(names) - 1) if len(names) > 1 else 0.0
     return {name: score if name == answer else rest for name in names}
 

@@ -351,7 +351,7 @@ def _model_answer(answer: ModelAnswer, question: Question, text: str) -> Answer 
         kind=question.kind,
         answer=answer.answer,
         probabilities=distribution,
-        confidence=distribution[answer.answer],
+        confidence=float(answer.confidence),  # the tool's score as given
         entropy=entropy(probs),
         margin=ordered[0] - (ordered[1] if len(ordered) > 1 else 0.0),
         label_mass=1.0,
