@@ -321,7 +321,8 @@ def shown_name(name: str, width: int = 80) -> str:
 class AccessGate:
     """ASGI middleware, in front of every route:
 
-    1. a request from another site's page is refused (403), whatever cookie it carries;
+    1. a request from another site's page is refused (403), whatever cookie it carries, and so is one to a
+       studio with no sign-in addressed to another host name (DNS rebinding);
     2. a request needing a sign-in that has none is refused (401) before its body is read; a body is
        refused (413) past its route's cap, by its Content-Length or while it streams in;
     3. the signed-in user must be able to open the project the request names.
@@ -444,13 +445,13 @@ class AccessGate:
         headers = {**(headers or {}), "Connection": "close"}
         wants_page = page is not None and scope.get("method") == "GET" and scope.get("path") in ("/", "")
         if scope.get("path", "").startswith("/v1/"):  # the Jev API answers as vLLM does, `detail` beside
-            response = error_response(detail, status, headers=dict(headers or {}))
+            response = error_response(detail, status, headers=headers)
         elif wants_page:
-            response = HTMLResponse(page, status, headers=dict(headers or {}))
+            response = HTMLResponse(page, status, headers=headers)
         else:
             # "error" is what Gradio's page shows of a refused event; "detail" what FastAPI's clients read
             body = {"detail": detail, "error": detail, "visible": True, "title": "Not allowed"}
-            response = JSONResponse(body, status, headers=dict(headers or {}))
+            response = JSONResponse(body, status, headers=headers)
         await response(scope, receive, send)
 
 
