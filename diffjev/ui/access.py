@@ -368,10 +368,6 @@ class AccessGate:
             log.warning("%s %s: %s", method, shown_name(path), refusal)
             await self._refuse(scope, receive, send, 403, refusal, refusal_page(refusal))
             return
-        if method in SAFE_METHODS and has_body(connection.headers):
-            # A GET carries no body, and no route reads one: uvicorn would go on taking in what it drops
-            await self._refuse(scope, receive, send, 400, f"a {method} request carries no body; send it without one")
-            return
         if method == "OPTIONS" and "access-control-request-method" in connection.headers:
             await self.app(scope, receive, send)  # a listed origin's preflight: CORS answers it, no cookie sent
             return
@@ -416,6 +412,10 @@ class AccessGate:
                 else f"{user} is not a member of any project"
             )
             await self._refuse(scope, receive, send, 403, detail, not_a_member_page(user, shown))
+            return
+        if method in SAFE_METHODS and has_body(connection.headers):
+            # A GET carries no body, and no route reads one: uvicorn would go on taking in what it drops
+            await self._refuse(scope, receive, send, 400, f"a {method} request carries no body; send it without one")
             return
         if self.hub_sign_in and path == "/logout":
             self._sign_out(connection)
