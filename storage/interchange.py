@@ -219,12 +219,11 @@ def annotator_aliases(session: Session, project_id: int) -> dict[str, str]:
     return found
 
 
-def rename_annotator(session: Session, project_id: int, old: str, new: str) -> int:
+def rename_annotator(session: Session, project_id: int, old: str, new: str) -> None:
     """The project's answers stored under `old` carried under `new` (one person's other name); an answer
-    `new` has already given to the same question of the same item stays, the other is left under `old`.
-    Returns how many were renamed."""
+    `new` has already given to the same question of the same item stays, the other is left under `old`."""
     mine = aliased(Response)
-    done = session.execute(
+    session.execute(
         update(Response)
         .where(
             Response.annotator == old,
@@ -236,4 +235,3 @@ def rename_annotator(session: Session, project_id: int, old: str, new: str) -> i
         .values(annotator=new)
         .execution_options(synchronize_session=False)
     )
-    return done.rowcount or 0

@@ -53,6 +53,7 @@ import json
 import math
 import re
 import xml.etree.ElementTree as ET
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -1128,20 +1129,16 @@ def model_versions(runs: dict[str, RunInfo], keys: list[str]) -> dict[str, str]:
     another tool under its own name (bundle.run_names); two runs that would share one get '-run-<n>' after
     it. meta.diffjev.runs maps each back to its run's key."""
     names = run_names(runs, keys)
+    shared = Counter(own_version(run) for run in runs.values() if run.engine not in FROM_ANOTHER_TOOL)
     versions: dict[str, str] = {}
     for key in names:
         info = runs.get(key)
         if info is None or info.engine in FROM_ANOTHER_TOOL:
             versions[key] = names[key]
             continue
-        base = own_version(info)
-        version, own = base, _RUN_NUMBER.fullmatch(key)
-        if version in versions.values() or any(
-            own_version(other) == base
-            for other_key, other in runs.items()
-            if other_key != key and other.engine not in FROM_ANOTHER_TOOL
-        ):
-            version = f"{base}-run-{own[1] if own else version_token(key)}"
+        version, own = own_version(info), _RUN_NUMBER.fullmatch(key)
+        if shared[version] > 1 or version in versions.values():
+            version = f"{version}-run-{own[1] if own else version_token(key)}"
         versions[key] = version
     return versions
 

@@ -158,11 +158,13 @@ def import_bundle(
 def _meet_aliases(session, project_id: int, new: dict[str, str], actor: str) -> dict[str, str]:
     """Every name of one person this project has heard of (bundle.aliases, now and from earlier imports),
     with the answers stored under a person's other name carried under the one their answers carry."""
-    if new:
-        repo.log(session, actor, store.ALIASES_EVENT, project_id, aliases=new)
-        for other, name in new.items():
+    known = store.annotator_aliases(session, project_id)
+    told = {other: name for other, name in new.items() if known.get(other) != name}  # a re-import tells nothing
+    if told:
+        repo.log(session, actor, store.ALIASES_EVENT, project_id, aliases=told)
+        for other, name in told.items():
             store.rename_annotator(session, project_id, other, name)
-    return store.annotator_aliases(session, project_id)
+    return known | told
 
 
 def _check_ids(bundle: Bundle, file: str) -> None:

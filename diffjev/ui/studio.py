@@ -53,7 +53,7 @@ from diffjev.ui.context import NoProject, Studio, md_text, quiet_without_project
 
 log = logging.getLogger("diffjev")
 DEMO_PROJECT = "demo-support-tickets"
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+LOCAL_HOSTS = LOCAL_HOST_NAMES  # where the studio may listen, and the names it answers, with no login
 
 CSS = """
 .dj-item .dj-id { color: #6b7280; font-size: .85em; }
@@ -341,7 +341,7 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
         signed_out=SignedOutSessions(),
         origins=origins,
         # with no sign-in at all, only pages on this machine (DIFFJEV_ALLOW_ANONYMOUS=1 serves it open)
-        hosts=frozenset(LOCAL_HOST_NAMES) if not (auth or hub_sign_in or anonymous_on_purpose()) else None,
+        hosts=frozenset(LOCAL_HOSTS) if not (auth or hub_sign_in or anonymous_on_purpose()) else None,
         max_body=max_body(),
         max_upload=byte_size("DIFFJEV_MAX_UPLOAD", studio.max_upload),
     )
@@ -399,7 +399,7 @@ def main(listening: Listening | None = None) -> None:
             raise ValueError(refusal)
         if mocked_sign_in:
             log.warning("Hugging Face sign-in is off: %s", mocked_sign_in)
-        allowed_origins(), max_body(), trusted_proxies()  # a malformed setting is said at start-up
+        allowed_origins(), max_body()  # a malformed setting is said at start-up
         check_choice(EngineChoice())  # a wrong engine setting is said now, not after the page is up
         db = Database(default_db_location())
         name, created = ensure_project(db)
