@@ -34,18 +34,24 @@ def suggestions_of_every_run(
     return list(session.scalars(query.order_by(Suggestion.run_id, Suggestion.item_id, Suggestion.id)))
 
 
-def read_skips(session: Session, item_ids: Sequence[int], run_id: int | None) -> dict[tuple[int, int], dict]:
-    """(run id, item id) -> {question key: why the read did not ask it}, for the reads that skipped one."""
+def read_notes(
+    session: Session, item_ids: Sequence[int], run_id: int | None
+) -> tuple[dict[tuple[int, int], dict], dict[tuple[int, int], list[str]]]:
+    """What the reads of these items noted, by (run id, item id): {question key: why the read did not ask
+    it} for the reads that skipped one, and the question keys an imported read holds without a score."""
     query = select(ItemRead.run_id, ItemRead.item_id, ItemRead.diagnostics).where(
         ItemRead.item_id.in_(item_ids), ItemRead.status == "ok"
     )
     if run_id is not None:
         query = query.where(ItemRead.run_id == run_id)
-    return {
-        (run, item): dict(diagnostics["skipped"])
-        for run, item, diagnostics in session.execute(query).tuples()
-        if diagnostics and diagnostics.get("skipped")
-    }
+    skipped: dict[tuple[int, int], dict] = {}
+    unscored: dict[tuple[int, int], list[str]] = {}
+    for run, item, diagnostics in session.execute(query).tuples():
+        if diagnostics and diagnostics.get("skipped"):
+            skipped[run, item] = dict(diagnostics["skipped"])
+        if diagnostics and diagnostics.get("unscored"):
+            unscored[run, item] = list(diagnostics["unscored"])
+    return skipped, unscored
 
 
 def runs_of(session: Session, project_id: int, run_id: int | None = None) -> list[Run]:

@@ -18,12 +18,21 @@ ANSWERED = "submitted"  # a skip or a draft is no answer: the item can go withou
 COUNT_CAP = 10_000  # a page says "more than 10,000" rather than count a whole large project on each page
 
 
-def create_import(session: Session, project_id: int, source: str, text_field: str, actor: str) -> int:
-    return session.execute(
-        insert(Import)
-        .values(project_id=project_id, source=source[:500], text_field=text_field[:200], actor=actor[:200])
-        .returning(Import.id)
-    ).scalar_one()
+def create_import(
+    session: Session, project_id: int, source: str, text_field: str, actor: str, id_field: str | None = None
+) -> int:
+    values = {"source": source[:500], "text_field": text_field[:200], "actor": actor[:200]}
+    values["id_field"] = id_field[:200] if id_field else None
+    return session.execute(insert(Import).values(project_id=project_id, **values).returning(Import.id)).scalar_one()
+
+
+def id_field_of(session: Session, project_id: int) -> str | None:
+    """The column name the project's items' ids came under: the one id field its imports used, or None
+    where they used none, or more than one."""
+    names = session.scalars(
+        select(Import.id_field).where(Import.project_id == project_id, Import.id_field.is_not(None)).distinct()
+    ).all()
+    return names[0] if len(names) == 1 else None
 
 
 @dataclass(frozen=True)

@@ -157,6 +157,9 @@ class Import(Base):
     project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), index=True)
     source: Mapped[str] = mapped_column(String(500))
     text_field: Mapped[str] = mapped_column(String(200))
+    # the file's column that held each item's id (None: the items were keyed on their content); an export
+    # gives the ids back under this name
+    id_field: Mapped[str | None] = mapped_column(String(200))
     actor: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
     undone_at: Mapped[datetime | None] = mapped_column(Timestamp)

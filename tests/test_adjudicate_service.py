@@ -193,7 +193,7 @@ def test_the_export_holds_the_adjudicated_label_and_every_answer_beside_it(db, t
             row["team_answers"] = json.loads(row["team_answers"])
     else:
         rows = pq.read_table(target).to_pylist()
-    by_item = {row["external_id"]: row for row in rows}
+    by_item = {row["id"]: row for row in rows}
     t0, t1 = by_item["t0"], by_item["t1"]
     # t0 settled: the label is the adjudicated answer, marked so, with who settled it and why
     assert (t0["team"], t0["team_source"], t0["team_annotator"]) == ("billing", "adjudicated", "carol")
@@ -232,7 +232,7 @@ def test_the_export_marks_an_unsettled_disagreement_as_disputed(db, tmp_path, fm
             rows = pd.read_csv(target, keep_default_na=False).to_dict("records")
         else:
             rows = pq.read_table(target).to_pylist()
-        return {row["external_id"]: row["team_disputed"] for row in rows}
+        return {row["id"]: row["team_disputed"] for row in rows}
 
     # t0: alice and bob differ, nobody settled it; t1 agreed; t2 one answer
     assert disputed() == {"t0": True, "t1": False, "t2": False}

@@ -220,7 +220,7 @@ HARMLESS = ["-5", "+3.25", "plain text"]
 
 def csv_texts(path):
     with open(path, newline="", encoding="utf-8") as f:
-        return {row["external_id"]: row for row in csv.DictReader(f)}
+        return {row["id"]: row for row in csv.DictReader(f)}
 
 
 def test_cli_csv_export_neutralises_formulas_unless_told_not_to(db_url, db, tmp_path):

@@ -51,7 +51,7 @@ def test_a_reviewer_settles_a_disagreement_and_the_export_marks_it(browser, tmp_
         shows(page, "#export-note", "Exported 2 items.")
         with page.expect_download() as done:
             page.locator("#export-download").click()
-        rows = {r["external_id"]: r for r in map(json.loads, open(done.value.path(), encoding="utf-8"))}
+        rows = {r["id"]: r for r in map(json.loads, open(done.value.path(), encoding="utf-8"))}
         t0 = rows["t0"]
         assert (t0["team"], t0["team_source"], t0["team_adjudicated_by"]) == ("billing", "adjudicated", "local")
         assert t0["team_comment"] == "the invoice line decides"

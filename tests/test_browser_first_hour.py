@@ -364,7 +364,7 @@ def review(page) -> None:
 
 def check_export(rows: list[dict], answers: dict[str, str]) -> None:
     """One row per answered item, with its answer, its text once, and its context with the hidden gold."""
-    by_id = {row["external_id"]: row for row in rows}
+    by_id = {row["id"]: row for row in rows}
     assert sorted(by_id) == sorted(answers)
     for key, row in by_id.items():
         assert row["team"] == answers[key], (key, row)

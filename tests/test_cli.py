@@ -128,7 +128,7 @@ def test_init_import_prelabel_stats_export_from_the_command_line(tmp_path, tiny_
     exported = diffjev("export", "--db", db, "--project", "t", "--format", "jsonl", "--out", str(out), "--all")
     assert exported.returncode == 0 and f"wrote 2 items to {out}" in exported.stdout
     records = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["external_id"] for r in records] == ["1", "3"] and records[0]["fields"] == {"plan": "pro"}
+    assert [r["id"] for r in records] == ["1", "3"] and records[0]["fields"] == {"plan": "pro"}
     assert all(r["team_model"] in ("billing", "technical", "account") for r in records)
     again = diffjev("init", "--db", db, "--project", "t", "--schema", str(schema))
     assert again.returncode == 2 and "already exists" in again.stderr and "Traceback" not in again.stderr

@@ -69,17 +69,17 @@ def test_cli_import_then_every_export_format_round_trips_the_images(tmp_path):
     records = [json.loads(line) for line in (out / "labeled.jsonl").read_text().splitlines()]
     with open(out / "labeled.csv", newline="") as f:
         for got in (records, list(csv.DictReader(f))):
-            paths = {r["external_id"]: r["image"] or None for r in got}
+            paths = {r["id"]: r["image"] or None for r in got}
             assert {k: (out / p).read_bytes() if p else None for k, p in paths.items()} == expected
             assert paths["a"] == paths["c"] and paths["a"].startswith(("labeled_images/", "labeled_images\\"))
     assert len(list((out / "labeled_images").iterdir())) == 2  # each image once
     assert not list(out.glob(".*partial"))
     hf = datasets.load_from_disk(str(out / "l_hf"))
     assert isinstance(hf.features["image"], datasets.Image)
-    loaded = {r["external_id"]: r["image"] for r in hf}
+    loaded = {r["id"]: r["image"] for r in hf}
     assert loaded["d"] is None and loaded["a"].size == (5, 3) and loaded["b"].getpixel((0, 0)) == (0, 0, 255)
     table = pq.read_table(out / "l.parquet").to_pylist()
-    assert {r["external_id"]: (r["image"] or {}).get("bytes") for r in table} == expected
+    assert {r["id"]: (r["image"] or {}).get("bytes") for r in table} == expected
 
 
 def test_a_project_without_images_exports_no_image_column(tmp_path):

@@ -232,3 +232,41 @@ def test_a_parquet_file_whose_values_unpack_past_any_items_is_refused_before_the
         io.peek(first)  # the preview reads the same way
     with db.read() as session:
         assert session.scalar(select(func.count()).select_from(Item)) == 0  # a refused import stores nothing
+
+
+def test_an_imported_id_column_comes_back_under_its_own_name(db, tmp_path):
+    from diffjev.formats.hub import read_diffjev_export
+    from diffjev.services.exporting import export_project
+
+    (tmp_path / "items.csv").write_text("ticket,text\nT-1,Site is down\nT-2,Refund please\n")
+    import_items(db, "p", tmp_path / "items.csv", id_field="ticket")
+    export_project(db, "p", tmp_path / "out.csv", "csv", reviewed_only=False)
+    exported = pd.read_csv(tmp_path / "out.csv")
+    assert "external_id" not in exported.columns
+    assert list(exported.columns[:3]) == ["item_id", "ticket", "text"]
+    assert list(exported["ticket"]) == ["T-1", "T-2"]
+    again = import_items(db, "p", tmp_path / "out.csv", id_field="ticket")  # the export reads back as the same items
+    assert (again.imported, again.duplicates) == (0, 2)
+    export_project(db, "p", tmp_path / "hf", "hf", reviewed_only=False)
+    assert [r.external_id for r in read_diffjev_export(tmp_path / "hf").records] == ["T-1", "T-2"]
+
+
+@pytest.mark.parametrize("taken", ["item_id", "text", "urgent_model"])
+def test_an_id_column_named_like_a_diffjev_column_is_exported_as_external_id(db, tmp_path, taken):
+    from diffjev.services.exporting import export_project
+
+    (tmp_path / "items.csv").write_text(f"{taken},body\nT-1,Site is down\n")
+    import_items(db, "p", tmp_path / "items.csv", id_field=taken, text_field="body")
+    export_project(db, "p", tmp_path / "out.csv", "csv", reviewed_only=False)
+    exported = pd.read_csv(tmp_path / "out.csv")
+    assert list(exported["external_id"]) == ["T-1"]
+    assert list(exported.columns).count(taken) <= 1
+
+
+def test_the_import_form_guesses_the_items_own_id_over_diffjevs_item_id():
+    from diffjev.ui.data import guess_columns
+
+    rows = [{"item_id": 1, "external_id": "T-1", "ticket": "T-1", "text": "Site is down"}]
+    assert guess_columns(["item_id", "external_id", "text"], rows, "text") == ("text", "external_id")
+    assert guess_columns(["item_id", "ticket", "text"], rows, "text", "ticket") == ("text", "ticket")
+    assert guess_columns(["item_id", "text"], rows, "text", "ticket") == ("text", "item_id")

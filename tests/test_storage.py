@@ -107,7 +107,8 @@ def test_round_trip_import_prelabel_respond_export(db, dgemma_engine, tmp_path):
             records = pd.read_parquet(target).to_dict("records")
         else:
             records = datasets.load_from_disk(str(target)).to_list()
-        by_id = {r["external_id"]: r for r in records}
+        assert "external_id" not in records[0]  # the import's own id column comes back under its own name
+        by_id = {r["id"]: r for r in records}
         assert set(by_id) == {"a", "c"}
         for ext, answers in expected.items():
             r = by_id[ext]

@@ -496,16 +496,23 @@ def _suggested(t: _Target, s: dict[str, Any], q: Question, text: str, file: str,
     if t.shape == "span":
         marks = _spans(value, t, text, file, where, field)
         scores = _per_item(score, len(value), file, where, field)
+        if scores is None:
+            return ModelAnswer(t.qid, span_value(marks), {}, None, marks)
         own = [scores[i] for i, v in enumerate(value) if str(v.get("label")) == t.label]
         marks = tuple(SpanMark(m.start, m.end, m.text, c) for m, c in zip(marks, sorted_scores(value, own, t)))
-        return ModelAnswer(t.qid, span_value(marks), {}, min(own, default=1.0), marks)
+        # a label with no span here has no score of its own: the suggestion scored other labels' spans
+        return ModelAnswer(t.qid, span_value(marks), {}, min(own) if own else None, marks)
     if t.shape == "multi":
         answer = _answer_name(t, value, file, where, field)
         scores = _per_item(score, len(value), file, where, field)
+        if scores is None:
+            return ModelAnswer(t.qid, answer, {}, None)
         p_yes = next((scores[i] for i, v in enumerate(value) if str(v) == t.label), 0.0)
         return ModelAnswer(t.qid, answer, {"yes": p_yes, "no": 1.0 - p_yes}, max(p_yes, 1.0 - p_yes))
     answer = _answer_name(t, value, file, where, field)
-    p = 1.0 if score is None else (score if not isinstance(score, list) else score[0] if len(score) == 1 else None)
+    if score is None:
+        return ModelAnswer(t.qid, answer, {}, None)
+    p = score if not isinstance(score, list) else score[0] if len(score) == 1 else None
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
         raise InterchangeError(file, where, f"{field}.score", f"{score!r} is not a probability between 0 and 1")
     return ModelAnswer(t.qid, answer, score_distribution(q.names, answer, p), p)
@@ -518,10 +525,11 @@ def sorted_scores(value: list[dict[str, Any]], own: list[float], t: _Target) -> 
     return [own[i] for i in order]
 
 
-def _per_item(score: Any, n: int, file: str, where: str, field: str) -> list[float]:
-    """One score per listed label or span: Argilla gives a list as long as the value, or one number for all."""
+def _per_item(score: Any, n: int, file: str, where: str, field: str) -> list[float] | None:
+    """One score per listed label or span: Argilla gives a list as long as the value, or one number for all;
+    None where it gives none."""
     if score is None:
-        return [1.0] * n
+        return None
     scores = score if isinstance(score, list) else [score] * n
     if len(scores) != n or not all(
         isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1 for x in scores
@@ -777,17 +785,24 @@ def _suggestion(g: _Group, answers: list[ModelAnswer]) -> dict[str, Any] | None:
     by_id = {q.id: q for q in g.questions}
     if g.shape in ("label", "rating"):
         a, q = answers[0], g.questions[0]
-        return {"value": _values(g)[q.names.index(a.answer)], "score": a.distribution.get(a.answer, a.confidence)}
+        return _scored(_values(g)[q.names.index(a.answer)], a.confidence)
     if g.shape == "multi":
         yes = [a for a in answers if a.answer == "yes"]
-        return {"value": [g.label(by_id[a.question]) for a in yes], "score": [a.distribution["yes"] for a in yes]}
+        scores = [a.distribution.get("yes") for a in yes]
+        return _scored([g.label(by_id[a.question]) for a in yes], None if None in scores else scores)
     spans = []
     for a in answers:
         for m in a.spans or ():
             score = a.confidence if m.confidence is None else m.confidence
             spans.append(({"start": m.start, "end": m.end, "label": g.label(by_id[a.question])}, score))
     spans.sort(key=lambda s: (s[0]["start"], s[0]["end"]))
-    return {"value": [s for s, _ in spans], "score": [c for _, c in spans]}
+    scores = [c for _, c in spans]
+    return _scored([s for s, _ in spans], None if None in scores else scores)
+
+
+def _scored(value: Any, score: Any) -> dict[str, Any]:
+    """A suggestion, with its score only where one was given: Argilla's score is optional."""
+    return {"value": value} if score is None else {"value": value, "score": score}
 
 
 def _settled_dict(a: Adjudication) -> dict[str, Any]:

@@ -68,8 +68,10 @@ class Adjudication:
 class ModelAnswer:
     question: str
     answer: str  # the top answer's name, or a span question's offsets
-    distribution: dict[str, float]  # answer name -> probability; {} for span questions
-    confidence: float
+    distribution: dict[str, float]  # answer name -> probability; {} for span questions and where none was given
+    # The tool's score for its answer; None where the file gave none, so no score is written that was not
+    # given and none is averaged into another (a prediction's mean score).
+    confidence: float | None
     spans: tuple[SpanMark, ...] | None = None
 
 

@@ -88,7 +88,7 @@ class Run(Shape):
 class ModelAnswerShape(Shape):
     answer: str
     distribution: dict[str, Probability] = {}
-    confidence: Probability
+    confidence: Probability | None
     spans: list[Span] | None = None
 
     def model_answer(self, qid: str) -> ModelAnswer:

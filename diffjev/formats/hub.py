@@ -58,13 +58,15 @@ def dataset_card(
     calibration: Sequence[Mapping[str, Any]],
     runs: Sequence[Mapping[str, Any]],
     exported_at: str,
+    id_column: str = "external_id",
 ) -> Any:
     """The dataset card (a huggingface_hub DatasetCard) of one export, from plain data.
 
     `label_counts`: per question, the items with each label (the export's `q` column: the adjudicated
     answer, else the latest). `agreement`: rows {question, annotators, items, agreement, kappa}.
     `calibration`: rows {question, run, items, accuracy, ECE, Brier, answers used}. `runs`: rows {id,
-    engine, model, model_version, status, started_at, finished_at, read}."""
+    engine, model, model_version, status, started_at, finished_at, read}. `id_column`: the column
+    that holds the items' own ids."""
     from huggingface_hub import DatasetCard, DatasetCardData
 
     spans = any(is_span(q) for q in schema.questions)
@@ -78,6 +80,7 @@ def dataset_card(
             "project": project,
             "exported_at": exported_at,
             "items": items,
+            "id_column": id_column,
             "schema": schema.to_dict(),
             "runs": [dict(r) for r in runs],
             "label_counts": {q: dict(c) for q, c in label_counts.items()},
@@ -199,9 +202,10 @@ def read_diffjev_export(source: str | Path) -> Bundle:
         )
     runs = {run_key(r["id"]): _run_info(r) for r in meta.get("runs") or []}
     records = []
+    id_column = meta.get("id_column") or "external_id"
     for index, row in enumerate(dataset):
-        where = f"row {index + 1}" + (f" ({row['external_id']})" if row.get("external_id") else "")
-        record = _record(row, schema, where, shown, runs)
+        where = f"row {index + 1}" + (f" ({row[id_column]})" if row.get(id_column) else "")
+        record = _record(row, schema, where, shown, runs, id_column)
         records.append(record)
     return Bundle(schema=schema, records=records, runs=runs, text_field="text", source=shown)
 
@@ -272,13 +276,15 @@ def _run_info(run: Mapping[str, Any]) -> RunInfo:
     return RunInfo(run_key(run["id"]), run.get("engine") or "", run.get("model") or "", run.get("model_version"))
 
 
-def _record(row: Mapping[str, Any], schema: Schema, where: str, shown: str, runs: dict[str, RunInfo]) -> Record:
+def _record(
+    row: Mapping[str, Any], schema: Schema, where: str, shown: str, runs: dict[str, RunInfo], id_column: str
+) -> Record:
     text = row["text"]
     try:
         fields = orjson.loads(row["fields"]) if isinstance(row.get("fields"), str) else dict(row.get("fields") or {})
     except orjson.JSONDecodeError:
         raise InterchangeError(shown, where, "fields", "is not JSON text; export it again") from None
-    record = Record(text=text, external_id=row.get("external_id"), fields=fields, where=where)
+    record = Record(text=text, external_id=row.get(id_column), fields=fields, where=where)
     for q in schema.questions:
         record.answers += _human_answers(row, q, text, where, shown)
         reviewer = row.get(f"{q.id}_adjudicated_by")

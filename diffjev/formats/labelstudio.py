@@ -629,10 +629,13 @@ def _model_answer(
     control = config.control_for(qid)
     score = _probability(result.get("score"), bad, control.name, "the result's score")
     if marks is not None:
+        # A region without a score of its own takes the prediction's; a label with no region at all is
+        # scored only by the prediction's score (a region's score is about that region's label).
+        marks = [m if m.confidence is not None else replace(m, confidence=prediction_score) for m in marks]
         confidence = _probability(meta.get("confidence"), bad, control.name, "the result's meta.confidence")
         if confidence is None:
             own = [m.confidence for m in marks if m.confidence is not None]
-            confidence = sum(own) / len(own) if own else (prediction_score if prediction_score is not None else 1.0)
+            confidence = sum(own) / len(own) if own and len(own) == len(marks) else prediction_score
         return ModelAnswer(qid, answer, {}, confidence, tuple(marks))
     written = meta.get("distribution")
     if control.multiple:
@@ -643,7 +646,9 @@ def _model_answer(
         where = f"the result's meta.confidence for {label!r}"
         confidence = _probability(confs.get(label), bad, control.name, where) if isinstance(confs, Mapping) else None
         if p_yes is None:
-            s = score if score is not None else (prediction_score if prediction_score is not None else 1.0)
+            s = score if score is not None else prediction_score
+            if s is None:
+                return ModelAnswer(qid, answer, {}, confidence)
             p_yes = s if answer == "yes" else 1.0 - s
         return ModelAnswer(
             qid,
@@ -664,7 +669,9 @@ def _model_answer(
         if confidence is None:
             confidence = score if score is not None else distribution[answer]
         return ModelAnswer(qid, answer, distribution, confidence)
-    p = score if score is not None else (prediction_score if prediction_score is not None else 1.0)
+    p = score if score is not None else prediction_score
+    if p is None:
+        return ModelAnswer(qid, answer, {}, None)
     return ModelAnswer(qid, answer, score_distribution(question.names, answer, p), p)
 
 
@@ -695,10 +702,8 @@ def _results(config: LabelConfig, answers: Mapping[str, Any], model: bool) -> li
                 for mark in answer.spans or ():
                     extra: dict[str, Any] = {}
                     if model:
-                        extra = {
-                            "score": mark.confidence if mark.confidence is not None else answer.confidence,
-                            "meta": {"confidence": answer.confidence},
-                        }
+                        score = mark.confidence if mark.confidence is not None else answer.confidence
+                        extra = _given(score=score, meta=_given(confidence=answer.confidence))
                     out.append(
                         region(
                             control,
@@ -716,15 +721,14 @@ def _results(config: LabelConfig, answers: Mapping[str, Any], model: bool) -> li
                 continue
             extra = {}
             if model:
-                extra = {
-                    "score": sum(a.confidence for _, a in held) / len(held),
-                    "meta": {
-                        "distribution": {
-                            control.labels[control.questions.index(q)]: a.distribution.get("yes", 0.0) for q, a in held
-                        },
-                        "confidence": {control.labels[control.questions.index(q)]: a.confidence for q, a in held},
-                    },
-                }
+                label = {qid: control.labels[control.questions.index(qid)] for qid, _ in held}
+                extra = _given(
+                    score=_mean([a.confidence for _, a in held]),
+                    meta=_given(
+                        distribution={label[q]: a.distribution["yes"] for q, a in held if "yes" in a.distribution},
+                        confidence={label[q]: a.confidence for q, a in held if a.confidence is not None},
+                    ),
+                )
             out.append(region(control, {"choices": chosen}, **extra))
             continue
         for qid, answer in held:
@@ -737,9 +741,22 @@ def _results(config: LabelConfig, answers: Mapping[str, Any], model: bool) -> li
                 payload = {"taxonomy": [[value]]}
             else:
                 payload = {"choices": [value]}
-            extra = {"score": answer.confidence, "meta": {"distribution": dict(answer.distribution)}} if model else {}
+            extra = (
+                _given(score=answer.confidence, meta=_given(distribution=dict(answer.distribution))) if model else {}
+            )
             out.append(region(control, payload, **extra))
     return out
+
+
+def _given(**fields: Any) -> dict[str, Any]:
+    """The fields that hold something: a score the source never gave is not written (nor an empty meta)."""
+    return {k: v for k, v in fields.items() if v is not None and v != {}}
+
+
+def _mean(scores: list[float | None]) -> float | None:
+    """The mean of the scores given, None where none was: a missing score is not counted as 1."""
+    given = [s for s in scores if s is not None]
+    return sum(given) / len(given) if given else None
 
 
 def _value(answer: Any) -> str | None:
@@ -1211,7 +1228,7 @@ def _task(
         prediction = {
             "model_version": names[key],
             "result": _results(config, answers, model=True),
-            "score": sum(a.confidence for a in answers_list) / len(answers_list) if answers_list else None,
+            "score": _mean([a.confidence for a in answers_list]),
         }
         predictions.append(prediction)
         decoded = _decode(config, prediction["result"], text, bad)

@@ -2,10 +2,12 @@
 model's answer, distribution and confidence, written atomically as JSONL, CSV, Parquet or a Hugging
 Face dataset.
 
-Columns: `item_id`, `external_id`, `text`, `fields` (the context fields; an object in JSONL, JSON text
-elsewhere), `run_id`, `engine`, `model` (the run the item's model answers come from: the run asked
-for, else the latest run that read the item, so a run that failed or is still reading never blanks
-them), and per question `q`: `q` (the human answer), `q_annotator`,
+Columns: `item_id`, `external_id` (the item's own id, named as the import's id field where the project's
+imports used one, such as `ticket`, unless a column of the export already has that name), `text`,
+`fields` (the context fields; an object in JSONL, JSON text elsewhere), `run_id`, `engine`, `model`
+(the run the item's model answers come from: the run asked for, else the latest run that read the item,
+so a run that failed or is still reading never blanks them), and per question `q`: `q` (the human
+answer), `q_annotator`,
 `q_source` (accepted / corrected / manual), `q_annotations` (how many annotators answered), `q_model`,
 `q_confidence` and `q_distribution` (answer name -> probability). When several annotators answered,
 `q` is the latest answer (or the named annotator's, with `annotator=`).
@@ -37,6 +39,7 @@ from diffjev.schema import Question
 from diffjev.spans import parse_span_value
 from diffjev.staging import skips
 from storage import images as image_store
+from storage import items as item_store
 from storage import repo
 from storage.db import Database
 
@@ -93,6 +96,7 @@ def columns_and_schema(
     span_keys: frozenset[str] = frozenset(),
     staged: frozenset[str] = frozenset(),
     image: str | None = None,
+    id_column: str = "external_id",
 ) -> tuple[list[str], Any]:
     """The export's column names and Arrow schema.
 
@@ -107,7 +111,7 @@ def columns_and_schema(
     answer_type = _answer_type()
     fields = [
         ("item_id", pa.int64()),
-        ("external_id", pa.string()),
+        (id_column, pa.string()),
         ("text", pa.string()),
         ("fields", pa.string()),
         ("run_id", pa.int64()),
@@ -259,17 +263,21 @@ def export_project(
         runs = {r.id: (r.engine, r.model) for r in repo.list_runs(session, project.id)}
         project_id = project.id
         with_images = image_store.project_has_images(session, project_id)
+        own_id = item_store.id_field_of(session, project_id)
     keys = [q.id for q in schema.questions]
     span_kinds = {q.id: q.kind for q in schema.questions if q.type.reads == "span"}
     staged = frozenset(q.id for q in schema.questions if q.ask_if)
     image = ("path" if fmt in ("jsonl", "csv") else "bytes") if with_images else None
-    _, arrow_schema = columns_and_schema(
-        keys, {q.id: list(q.names) for q in schema.questions}, frozenset(span_kinds), staged, image
-    )
+    shape = (keys, {q.id: list(q.names) for q in schema.questions}, frozenset(span_kinds), staged, image)
+    taken, _ = columns_and_schema(*shape)
+    id_column = own_id if own_id and own_id not in taken else "external_id"
+    _, arrow_schema = columns_and_schema(*shape, id_column=id_column)
     # JSONL keeps the context fields as an object; the tabular formats hold them as JSON text.
     batches = _column_batches(
         db, project_id, question_rows, keys, (run_id, runs), annotator, reviewed_only, fields_as_text=fmt != "jsonl"
     )
+    if id_column != "external_id":
+        batches = ({id_column if k == "external_id" else k: v for k, v in b.items()} for b in batches)
     if span_kinds:
         batches = _with_spans(batches, span_kinds)
     if staged:
@@ -283,7 +291,7 @@ def export_project(
         batches = tally.over(batches)
 
         def finish(folder: Path) -> None:
-            export_card(db, project_name, schema, tally).save(folder / "README.md")
+            export_card(db, project_name, schema, tally, id_column).save(folder / "README.md")
 
     if image == "path":  # the images' folder is moved into place with the export, or not at all
         folder = images_folder(target)

@@ -41,8 +41,8 @@ class LabelTally:
             yield batch
 
 
-def export_card(db: Database, project_name: str, schema: Schema, tally: LabelTally) -> Any:
-    """The dataset card of an export whose rows `tally` counted."""
+def export_card(db: Database, project_name: str, schema: Schema, tally: LabelTally, id_column: str) -> Any:
+    """The dataset card of an export whose rows `tally` counted; `id_column` holds the items' own ids."""
     with db.read() as session:
         project = repo.get_project(session, project_name)
         listed = {r.id: r for r in repo.list_runs(session, project.id) if r.id in tally.runs}
@@ -71,7 +71,7 @@ def export_card(db: Database, project_name: str, schema: Schema, tally: LabelTal
     pairs, _ = agreement(db, project_name)
     counts = {q: dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))) for q, c in tally.counts.items()}
     exported_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    return dataset_card(project_name, schema, tally.items, counts, pairs, calibration, runs, exported_at)
+    return dataset_card(project_name, schema, tally.items, counts, pairs, calibration, runs, exported_at, id_column)
 
 
 def _when(moment: datetime | None) -> str | None:

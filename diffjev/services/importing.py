@@ -126,7 +126,9 @@ def import_items(
     listed_as = label or source_name(source)
 
     def record_import() -> int:
-        return db.write(lambda session: item_store.create_import(session, project_id, listed_as, text_field, actor))
+        return db.write(
+            lambda session: item_store.create_import(session, project_id, listed_as, text_field, actor, id_field)
+        )
 
     try:
         _import_chunks(db, project_id, rows, chunk_rows, report, progress, record_import)
@@ -264,6 +266,12 @@ def project_text_field(db: Database, project_name: str) -> str:
     """The column a project's items are read from unless an import names another."""
     with db.read() as session:
         return repo.get_project(session, project_name).text_field
+
+
+def project_id_field(db: Database, project_name: str) -> str | None:
+    """The id column the project's imports keyed its items on (one name), which its exports carry too."""
+    with db.read() as session:
+        return item_store.id_field_of(session, repo.get_project(session, project_name).id)
 
 
 def recent_imports(db: Database, project_name: str, limit: int = 20) -> list[item_store.ImportSummary]:

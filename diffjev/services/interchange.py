@@ -262,7 +262,9 @@ def _question(questions: dict[str, Question], qid: str, file: str, where: str) -
     return questions[qid]
 
 
-def _spans(marks: tuple[SpanMark, ...] | None, value: str | None, question: Question, text: str) -> tuple[Span, ...]:
+def _spans(
+    marks: tuple[SpanMark, ...] | None, value: str | None, question: Question, text: str, confidence: float = 1.0
+) -> tuple[Span, ...]:
     """A span answer's spans, each checked against the item text; from the offsets in `value` where the file
     gave no spans of their own."""
     if marks is None:
@@ -274,7 +276,7 @@ def _spans(marks: tuple[SpanMark, ...] | None, value: str | None, question: Ques
                 f"the span {mark.start}-{mark.end} ({mark.text!r}) is not that text of the item: "
                 f"the item holds {text[mark.start : mark.end]!r} there"
             )
-        spans.append(Span(mark.start, mark.end, mark.text, mark.confidence if mark.confidence is not None else 1.0))
+        spans.append(Span(mark.start, mark.end, mark.text, confidence if mark.confidence is None else mark.confidence))
     if question.kind == "span" and len(spans) > 1:
         raise ValueError(f"a span question takes one span, not {len(spans)}")
     return tuple(sorted(spans, key=lambda s: (s.start, s.end)))
@@ -329,11 +331,16 @@ def _response(
 
 
 def _model_answer(answer: ModelAnswer, question: Question, text: str) -> Answer | SpanAnswer:
-    """A model's answer as diffjev's read gives it; ValueError says what does not fit."""
+    """A model's answer as diffjev's read gives it; ValueError says what does not fit.
+
+    An answer the file gave no score is stored as certain (the tool asserted it), so the queues rank it
+    last; the read's diagnostics list it as unscored, and an export writes no score for it."""
+    if answer.confidence is None:
+        answer = dataclasses.replace(answer, confidence=1.0, distribution={answer.answer: 1.0})
     if not isinstance(answer.confidence, (int, float)) or not 0 <= answer.confidence <= 1:
         raise ValueError(f"confidence {answer.confidence!r} is not a probability from 0 to 1")
     if question.type.reads == "span":
-        spans = _spans(answer.spans, answer.answer, question, text)
+        spans = _spans(answer.spans, answer.answer, question, text, answer.confidence)
         return SpanAnswer(question.id, question.kind, spans, float(answer.confidence), reads=1)
     if answer.answer not in question.names:
         raise ValueError(f"{answer.answer!r} is not an answer; answers: {', '.join(question.names)}")
@@ -448,6 +455,9 @@ def _store_run(
         diagnostics: dict[str, Any] = {"imported": True}
         if skipped:
             diagnostics["skipped"] = skipped
+        unscored = [a.question for a in answers or () if a.confidence is None]
+        if unscored:
+            diagnostics["unscored"] = unscored
         results.append((item_id, Decision(read, schema, diagnostics), None, 1, None))
         count += len(read)
     if results:
@@ -502,7 +512,7 @@ def project_bundle(
             responses = repo.every_answer_for(session, ids[0], ids[-1], list(rows.values()))
             settled = repo.adjudications_for(session, ids[0], ids[-1], list(rows.values()))
             suggestions = store.suggestions_of_every_run(session, ids, list(rows.values()), run_id)
-            skipped = store.read_skips(session, ids, run_id)
+            skipped, unscored = store.read_notes(session, ids, run_id)
         by_item: dict[int, Record] = {}
         for item_id, external_id, text, fields in page:
             by_item[item_id] = Record(text, external_id, dict(fields or {}), where=f"item {external_id or item_id}")
@@ -522,7 +532,10 @@ def project_bundle(
                 continue
             question = kinds[key_of[s.question_id]]
             record = by_item[s.item_id]
-            record.predictions.setdefault(run_key(s.run_id), []).append(_model_out(s, question, record.text))
+            answer = _model_out(s, question, record.text)
+            if question.id in unscored.get((s.run_id, s.item_id), ()):
+                answer = _unscored(answer)
+            record.predictions.setdefault(run_key(s.run_id), []).append(answer)
         for (run, item_id), record in skipped.items():
             if run in runs:
                 by_item[item_id].model_skipped[run_key(run)] = record
@@ -577,6 +590,12 @@ def _model_out(suggestion, question: Question, text: str) -> ModelAnswer:
     return ModelAnswer(
         question.id, suggestion.answer, dict(suggestion.distribution or {}), float(suggestion.confidence), spans
     )
+
+
+def _unscored(answer: ModelAnswer) -> ModelAnswer:
+    """An answer stored with the stand-in score of one a file gave without: without it again."""
+    spans = None if answer.spans is None else tuple(dataclasses.replace(m, confidence=None) for m in answer.spans)
+    return dataclasses.replace(answer, distribution={}, confidence=None, spans=spans)
 
 
 # Files ------------------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from diffjev.services.importing import (
     UndoRefused,
     dataset_source,
     import_items,
+    project_id_field,
     project_text_field,
     recent_imports,
     undo_import,
@@ -87,17 +88,23 @@ def mean_text_length(rows: list[dict[str, Any]], column: str) -> float | None:
     return sum(map(len, texts)) / len(texts) if texts else None
 
 
-def guess_columns(columns: list[str], rows: list[dict[str, Any]], project_text: str) -> tuple[str, str | None]:
+def guess_columns(
+    columns: list[str], rows: list[dict[str, Any]], project_text: str, project_id: str | None = None
+) -> tuple[str, str | None]:
     """The text column and an id-like column, if any. The text is the project's own field where the file has
-    it, else the column holding the longest text on average among those that do not name the item."""
+    it, else the column holding the longest text on average among those that do not name the item. The id is
+    the project's own id field where the file has it (an export read back), else the first of ID_COLUMNS
+    the file has: `external_id` before diffjev's own `item_id`."""
     if project_text in columns:
         text = project_text
     else:
         lengths = {c: mean_text_length(rows, c) for c in columns if not id_like(c)}
         texts = [c for c, length in lengths.items() if length is not None]
         text = max(texts, key=lambda c: lengths[c]) if texts else next(iter(lengths), columns[0])
-    ident = next((c for c in columns if id_like(c) and c != text), None)
-    return text, ident
+    if project_id in columns and project_id != text:
+        return text, project_id
+    ranked = sorted((c for c in columns if id_like(c) and c != text), key=lambda c: ID_COLUMNS.index(c.lower()))
+    return text, next(iter(ranked), None)
 
 
 def context_choices(
@@ -205,7 +212,7 @@ def build_import(studio: Studio) -> None:
         if not usable:
             raise refusal("no column name of this file is UTF-8 text; save the file as UTF-8")
         project_text = project_text_field(studio.db, scope.project)
-        text, ident = guess_columns(usable, found.rows, project_text)
+        text, ident = guess_columns(usable, found.rows, project_text, project_id_field(studio.db, scope.project))
         # The preview shows each cell as text: a file's values (an integer past 64 bits, a nested object)
         # are anything JSON allows, and the page's own encoder would refuse some of them.
         shown = [[preview_cell(r.get(c)) for c in found.columns] for r in found.rows]
