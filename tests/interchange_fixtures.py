@@ -123,7 +123,13 @@ def comparable(bundle: Bundle) -> dict:
             ),
             "predictions": {
                 order.index(key): sorted(
-                    (m.question, m.answer, str(rounded(m.distribution)), round(m.confidence, 6), str(marks(m.spans)))
+                    (
+                        m.question,
+                        m.answer,
+                        str(rounded(m.distribution)),
+                        None if m.confidence is None else round(m.confidence, 6),
+                        str(marks(m.spans)),
+                    )
                     for m in answers
                 )
                 for key, answers in record.predictions.items()

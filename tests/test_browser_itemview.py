@@ -7,7 +7,7 @@ from sqlalchemy import select
 
 from storage import repo
 from storage.models import Question, Response
-from studio_fixtures import serve_studio, studio_db
+from studio_fixtures import choose, serve_studio, studio_db
 
 SCHEMA = {
     "questions": [
@@ -115,3 +115,65 @@ def test_an_item_shown_before_its_read_gets_its_suggestions_without_a_reload(bro
         )
         assert page.inner_text("#itemview .dj-id") == shown  # the same item, now with its suggestions
         page.close()
+
+
+def test_the_controls_answer_the_keyboard_and_the_picker_counts_answers(browser, tmp_path, dgemma_engine):
+    db = studio_db(tmp_path / "controls.db", TEXTS, prelabel_with=dgemma_engine, schema=SCHEMA)
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        page = browser.new_page(viewport={"width": 1366, "height": 768})
+        page.goto(server.url)
+        page.locator("#itemview-queue").wait_for()
+        page.wait_for_function("document.querySelector('#project-picker input').value.includes('answered')")
+        # the View switch is one radio group: the arrow keys move within it
+        page.locator("#annotate-mode input[value='Whole item']").focus()
+        page.keyboard.press("ArrowDown")
+        one = "#annotate-mode input[value='One question at a time']"
+        page.wait_for_function(f"document.querySelector({json.dumps(one)}).getAttribute('aria-checked') === 'true'")
+        assert page.evaluate("document.activeElement.value") == "One question at a time"
+        page.locator("#annotate-start").wait_for()
+        page.keyboard.press("ArrowUp")
+        page.locator("#itemview-start").wait_for()
+        # a dropdown's list closes when Tab leaves it, and a pick with the mouse still takes
+        page.locator("#itemview-queue input").click()
+        page.get_by_role("option").first.wait_for()
+        page.keyboard.press("Tab")
+        page.wait_for_function("document.querySelectorAll('[role=option]').length === 0")
+        assert page.evaluate("document.activeElement.id") == "itemview-start"
+        choose(page, "#itemview-queue", "Unlabeled, in order")
+        # the picker's share answered follows the answers, without a reload
+        assert "0% answered" in page.locator("#project-picker input").input_value()
+        page.locator("#itemview-start").click()
+        page.locator("#itemview .dj-iq").first.wait_for()
+        page.locator("#itemview .dj-text").click()
+        page.keyboard.press("Enter")
+        page.wait_for_function("document.querySelector('#project-picker input').value.includes('33% answered')")
+        page.keyboard.press("u")
+        page.wait_for_function("document.querySelector('#project-picker input').value.includes('0% answered')")
+
+
+def test_the_focused_question_and_accept_stay_on_a_laptop_screen(browser, tmp_path, dgemma_engine):
+    many = {
+        "questions": [
+            {"id": f"q{k}", "type": "choice", "instructions": f"Question {k}?", "options": ["a", "b", "c", "d"]}
+            for k in range(6)
+        ],
+        "samples": 1,
+    }
+    db = studio_db(tmp_path / "laptop.db", ["The screen is red"], prelabel_with=dgemma_engine, schema=many)
+    server, _ = serve_studio(db, dgemma_engine)
+    with server:
+        page = browser.new_page(viewport={"width": 1366, "height": 768})
+        page.goto(server.url)
+        page.locator("#itemview-start").click()
+        page.locator("#itemview .dj-iq").first.wait_for()
+        page.locator("#itemview .dj-text").click()
+        seen = (
+            "(() => { const q = document.querySelector('#itemview .dj-focus').getBoundingClientRect();"
+            " const a = document.querySelector('#item-accept-shown').getBoundingClientRect();"
+            " return q.top >= 0 && q.bottom <= a.top + 1 && a.bottom <= window.innerHeight + 1; })()"
+        )
+        for k in range(6):
+            page.wait_for_function(f"document.querySelector('#itemview .dj-focus').dataset.q === 'q{k}'")
+            page.wait_for_function(seen, timeout=5_000)  # the focused question above Accept, both on screen
+            page.keyboard.press("Tab")

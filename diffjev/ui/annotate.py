@@ -517,10 +517,11 @@ def build(studio: Studio) -> None:
     start.click(start_queue, [question, queue], outputs, api_name="annotate_start", **fast).then(
         None, None, None, js=FOCUS_THE_CARD_JS
     )
-    accept.click(accept_answer, [state], outputs, api_name="accept", **fast)
+    # each of these stores or takes back an answer: the picker's share answered follows
+    studio.after_answers(accept.click(accept_answer, [state], outputs, api_name="accept", **fast))
     for k, button in enumerate(picks):
-        button.click(picker(k), [state], outputs, api_name=f"pick_{k + 1}", **fast)
-    skip.click(skip_item, [state], outputs, api_name="skip", **fast)
-    give.click(give_answer, [state, any_answer], outputs, api_name="answer", **fast)
-    undo.click(undo_last, [state], outputs, api_name="undo", **fast)
-    distribution.select(click_answer, [state], outputs, api_name="pick_clicked", **fast)
+        studio.after_answers(button.click(picker(k), [state], outputs, api_name=f"pick_{k + 1}", **fast))
+    studio.after_answers(skip.click(skip_item, [state], outputs, api_name="skip", **fast))
+    studio.after_answers(give.click(give_answer, [state, any_answer], outputs, api_name="answer", **fast))
+    studio.after_answers(undo.click(undo_last, [state], outputs, api_name="undo", **fast))
+    studio.after_answers(distribution.select(click_answer, [state], outputs, api_name="pick_clicked", **fast))

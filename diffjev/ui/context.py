@@ -150,6 +150,15 @@ class Studio:
     on_load: list[tuple[Any, list, list]] = field(default_factory=list)
     # (handler, inputs, outputs) that refresh what an import or its undo changed: the picker's item counts
     on_items_changed: list[tuple[Any, list, list]] = field(default_factory=list)
+    # (handler, inputs, outputs) that refresh what an answer, a skip or an undo changed: the picker's share
+    # answered
+    on_answers_changed: list[tuple[Any, list, list]] = field(default_factory=list)
+
+    def after_answers(self, event: Any) -> Any:
+        """Chain the on_answers_changed refreshes after an event that stores or takes back answers."""
+        for handler, inputs, outputs in self.on_answers_changed:
+            event = event.then(handler, inputs, outputs, queue=False, show_progress="hidden", api_visibility="private")
+        return event
 
     def __post_init__(self) -> None:
         if isinstance(self.slot, ChosenEngine):

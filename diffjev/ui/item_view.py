@@ -40,7 +40,14 @@ START_FIRST = annotate.START_FIRST
 
 CSS = """
 .dj-hidden { display: none !important; }
-.dj-iq { border: 1px solid #e5e7eb; border-radius: 6px; padding: 6px 10px; margin-bottom: 8px; }
+.dj-iq { border: 1px solid #e5e7eb; border-radius: 6px; padding: 6px 10px; margin-bottom: 8px;
+  scroll-margin-bottom: 80px; }  /* scrolled into view above the actions bar, not under it */
+/* Accept, Skip and Undo stay on screen below a long item: at 1366x768 the card starts halfway down. */
+/* Gradio's container hides overflow, which makes it a scroll box that a sticky bar sticks to, not the
+   window; clip cuts off the same overflow without becoming one. */
+.gradio-container { overflow: clip !important; }
+#itemview-actions { position: sticky; bottom: 0; z-index: 5; padding: 8px 0;
+  background: var(--background-fill-primary, #fff); }
 .dj-iq.dj-focus { border-color: #2563eb; box-shadow: 0 0 0 2px #bfdbfe; }
 .dj-iq.dj-off { display: none; }
 .dj-iq .dj-missing, .dj-iq .dj-guess { color: #b91c1c; font-size: .85em; }
@@ -379,7 +386,7 @@ def build(studio: Studio) -> None:
     gr.Markdown(HELP, elem_id="itemview-help")
     progress = gr.Markdown(elem_id="itemview-progress")
     view = gr.HTML(elem_id="itemview")
-    with gr.Row():
+    with gr.Row(elem_id="itemview-actions"):
         accept = gr.Button("Accept item (Enter)", variant="primary", elem_id="item-accept-shown")
         skip = gr.Button("Skip (S)", elem_id="item-skip-shown")
         undo = gr.Button("Undo item (U)", elem_id="item-undo-shown")
@@ -526,9 +533,9 @@ def build(studio: Studio) -> None:
         js="() => { document.activeElement?.blur(); document.querySelector('#itemview .dj-iq')?.scrollIntoView("
         "{block: 'nearest'}); }",
     )
-    send_accept.click(accept_item, [state, choices], outputs, api_name="item_accept", **fast)
-    send_skip.click(skip_item, [state], outputs, api_name="item_skip", **fast)
-    send_undo.click(undo_item, [state], outputs, api_name="item_undo", **fast)
+    studio.after_answers(send_accept.click(accept_item, [state, choices], outputs, api_name="item_accept", **fast))
+    studio.after_answers(send_skip.click(skip_item, [state], outputs, api_name="item_skip", **fast))
+    studio.after_answers(send_undo.click(undo_item, [state], outputs, api_name="item_undo", **fast))
     # The shown buttons send what the page holds, the way the keys do.
     for shown, target in ((accept, "item-accept"), (skip, "item-skip"), (undo, "item-undo")):
         shown.click(None, js=f"() => document.dispatchEvent(new KeyboardEvent('keydown', {{key: '{_KEY[target]}'}}))")

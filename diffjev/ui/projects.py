@@ -72,6 +72,7 @@ def build_picker(studio: Studio) -> None:
 
     studio.on_load.append((fill, [show_archived], [picker, show_archived]))
     studio.on_items_changed.append((fill, [show_archived], [picker, show_archived]))  # the item counts
+    studio.on_answers_changed.append((fill, [show_archived], [picker, show_archived]))  # the share answered
     show_archived.input(fill, [show_archived], [picker, show_archived], api_visibility="private")
     picker.input(None, [picker], None, js=open_project_js(unless_open=True))
     # The project a page opened without naming one goes into its address, so the address is a link to it.

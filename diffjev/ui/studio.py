@@ -55,6 +55,37 @@ log = logging.getLogger("diffjev")
 DEMO_PROJECT = "demo-support-tickets"
 LOCAL_HOSTS = LOCAL_HOST_NAMES  # where the studio may listen, and the names it answers, with no login
 
+# Two keyboard habits Gradio's controls break. Its Radio names each input apart (radio-1, radio-2), so the
+# browser's arrow keys do not move within the group: ↑ ↓ ← → pick the previous or next choice, as in any
+# radio group. A dropdown's list stays open when Tab takes the focus to another control, covering the tabs
+# and the keys line below it: it is closed as Escape closes it. A click on one of its options moves no focus
+# (relatedTarget is null), so a pick with the mouse is untouched.
+WIDGET_KEYS_JS = """
+<script>
+document.addEventListener("keydown", (e) => {
+  const t = e.target;
+  if (!t || t.type !== "radio" || e.ctrlKey || e.metaKey || e.altKey || e.shiftKey) return;
+  const step = {ArrowDown: 1, ArrowRight: 1, ArrowUp: -1, ArrowLeft: -1}[e.key];
+  const group = step && t.closest(".wrap");
+  if (!group) return;
+  const all = Array.from(group.querySelectorAll("input[type=radio]")).filter((r) => !r.disabled);
+  if (all.length < 2 || all.every((r) => r.name === all[0].name)) return;  // one name: the browser moves itself
+  e.preventDefault();
+  e.stopPropagation();
+  const next = all[(all.indexOf(t) + step + all.length) % all.length];
+  next.focus();
+  next.click();
+}, true);
+document.addEventListener("focusout", (e) => {
+  const t = e.target;
+  if (!t || !t.getAttribute || t.getAttribute("role") !== "combobox" || !e.relatedTarget) return;
+  const block = t.closest(".block");
+  if (block && block.contains(e.relatedTarget)) return;
+  t.dispatchEvent(new KeyboardEvent("keydown", {key: "Escape", bubbles: true}));
+}, true);
+</script>
+"""
+
 CSS = """
 .dj-item .dj-id { color: #6b7280; font-size: .85em; }
 .dj-item .dj-text { white-space: pre-wrap; font-size: 1.15em; line-height: 1.5; }
@@ -308,7 +339,7 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
         auth_dependency=signed_in_hub_user if hub_sign_in else None,
         auth_message="Log in with your diffjev user and password.",
         css=CSS + playground.CSS + item_view.CSS,
-        head=annotate.KEYS_JS + item_view.KEYS_JS + REFUSED_EVENTS_JS,
+        head=WIDGET_KEYS_JS + annotate.KEYS_JS + item_view.KEYS_JS + REFUSED_EVENTS_JS,
         max_file_size=studio.max_upload,
         # Only messages written for people (gr.Error) reach the page; anything else, such as
         # a database error with its SQL and parameters, stays in the server's log.
