@@ -61,6 +61,9 @@ class Project(Base):
     reviewers: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
     # Work given to named annotators (a question, a share of the items); None: everyone sees everything.
     assignments: Mapped[list[Any] | None] = mapped_column(JSON, default=None)
+    # What another tool's file said of the dataset beyond diffjev's schema, by tool ({"argilla": {"settings",
+    # "name"}}), written back by an export to that tool where it still fits the questions; None: nothing.
+    tool_settings: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     # Archived projects leave the picker and take no answers; None: active.
     archived_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
     versions: Mapped[list["SchemaVersion"]] = relationship(back_populates="project", order_by="SchemaVersion.version")

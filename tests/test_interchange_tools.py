@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from diffjev.formats.labelstudio import read_labelstudio, write_labelstudio
-from diffjev.services.interchange import export_file, import_bundle, project_bundle
+from diffjev.services.interchange import export_file, import_bundle, import_file, project_bundle
 from interchange_fixtures import full_project
 from storage.db import Database
 
@@ -113,6 +113,7 @@ def test_a_spoiled_argilla_folder_fails_naming_the_record_and_field(tools, tmp_p
     records[0]["responses"]["sentiment"][0]["value"] = "furious"
     records[0]["suggestions"]["topics"]["score"] = 0.5  # a list value needs a score per label
     del records[1]["fields"]["text"]
+    records[2]["metadata"]["source"] = "crm"  # the settings define channel and priority, and allow no other
     (folder / "records.json").write_text(json.dumps(records))
     done = check(folder)
     assert done.returncode == 1
@@ -123,6 +124,7 @@ def test_a_spoiled_argilla_folder_fails_naming_the_record_and_field(tools, tmp_p
     ), lines
     assert any(f"record {records[0]['id']}: field 'suggestions.topics'" in line for line in lines), lines
     assert any(f"record {records[1]['id']}: field 'fields.text'" in line for line in lines), lines
+    assert any(f"record {records[2]['id']}: field 'metadata.source'" in line for line in lines), lines
 
 
 def test_a_config_label_studio_refuses_is_one_line(tools, tmp_path):
@@ -134,3 +136,17 @@ def test_a_config_label_studio_refuses_is_one_line(tools, tmp_path):
     assert done.returncode == 1
     (line,) = done.stdout.strip().splitlines()
     assert line.startswith(f"{config}: Label Studio does not take this labeling config") and "nowhere" in line
+
+
+def test_argillas_own_dataset_moved_through_diffjev_keeps_its_settings_and_passes(tools, tmp_path):
+    db = Database(tmp_path / "moved.db")
+    import_file(db, "moved", "argilla", ARGILLA, "importer")
+    folder = tmp_path / "moved"
+    export_file(db, "moved", "argilla", folder, "owner", reviewed_only=False)
+    settings = json.loads((folder / ".argilla" / "settings.json").read_text())
+    assert settings["allow_extra_metadata"] is False and [m["name"] for m in settings["metadata"]] == [
+        "channel",
+        "priority",
+    ]
+    said = passes(check(folder))  # no metadata the settings do not define: diffjev's rides beside the records
+    assert "3 records, 8 suggestions and 10 responses" in said

@@ -23,6 +23,13 @@ adjudication (the settled answer, the reviewer and their comment: Argilla record
 The diffjev schema itself (kinds, criteria, staging) goes beside Argilla's files in `.argilla/diffjev.json`,
 which Argilla ignores; a folder without it is read from the settings alone.
 
+A dataset's own settings (question titles, descriptions, `required`, option texts, its fields, metadata
+properties, `allow_extra_metadata`) and name are kept with the project (Bundle.tool_settings) and written
+back where they still fit its questions: a question is written with its own settings while its options are
+the same, and the fields it had come back as fields. Where the settings forbid extra metadata and every
+record has an id, what diffjev holds of a record rides in `.argilla/diffjev.json` by record id instead;
+where the records carry item fields the settings do not define, extra metadata is allowed.
+
 Writing, a question's one suggestion is the latest run's (the bundle's order) that answered it, its agent
 the run's model name (bundle.run_names); metadata.diffjev.runs maps that name back to the run's key.
 
@@ -98,9 +105,61 @@ def read_argilla(folder: str | Path) -> Bundle:
         raise InterchangeError(str(records_file), None, None, _no_records(folder))
     raw_records = _load_json(records_file, list, "a list of records")
     bundle = Bundle(schema=schema, records=[], text_field=text_field, source=str(folder))
+    kept = _kept_settings(settings, folder / DATASET)
+    if len(json.dumps(kept)) <= MAX_KEPT_SETTINGS:
+        bundle.tool_settings["argilla"] = kept
+    else:
+        bundle.notes.append(
+            f"the dataset's settings were not kept for a later Argilla export: over {MAX_KEPT_SETTINGS // 1000} KB"
+        )
+    aside = _sidecar_extras(folder / SIDECAR)
     for n, raw in enumerate(raw_records):
-        bundle.records.append(_read_record(raw, n, text_field, targets, schema, bundle, str(records_file)))
+        bundle.records.append(_read_record(raw, n, text_field, targets, schema, bundle, str(records_file), aside))
     return bundle
+
+
+MAX_KEPT_SETTINGS = 256_000  # characters of an Argilla dataset's settings kept with its project
+_QUESTION_KEYS = ("name", "title", "description", "required", "type", "settings")
+_FIELD_KEYS = ("name", "title", "description", "required", "type", "settings")
+
+
+def _kept_settings(settings: dict[str, Any], dataset_file: Path) -> dict[str, Any]:
+    """What an export to Argilla writes back of the dataset's own settings: the parts diffjev's schema does
+    not hold, in Settings.serialize()'s shape, and the dataset's name."""
+
+    def entries(key: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
+        listed = settings.get(key)
+        return (
+            [{k: e[k] for k in keys if k in e} for e in listed if isinstance(e, dict)]
+            if isinstance(listed, list)
+            else []
+        )
+
+    kept: dict[str, Any] = {
+        "settings": {
+            "questions": entries("questions", _QUESTION_KEYS),
+            "fields": entries("fields", _FIELD_KEYS),
+            "metadata": [
+                e for e in settings.get("metadata") or [] if isinstance(e, dict) and isinstance(e.get("name"), str)
+            ],
+        }
+    }
+    if isinstance(settings.get("allow_extra_metadata"), bool):
+        kept["settings"]["allow_extra_metadata"] = settings["allow_extra_metadata"]
+    if dataset_file.is_file():
+        dataset = _load_json(dataset_file, dict, "the dataset model Argilla's Dataset.to_disk writes")
+        if isinstance(dataset.get("name"), str):
+            kept["name"] = dataset["name"]
+    return kept
+
+
+def _sidecar_extras(path: Path) -> dict[str, Any]:
+    """What diffjev holds of each record beyond Argilla, by record id, where the settings forbade extra
+    metadata (write_argilla put it beside the records instead)."""
+    if not path.exists():
+        return {}
+    records = _load_json(path, dict, "the diffjev schema written with the dataset").get("records")
+    return records if isinstance(records, dict) else {}
 
 
 def _no_records(folder: Path) -> str:
@@ -278,7 +337,14 @@ def _with_sidecar(path: Path, derived: Schema, targets: list[_Target]) -> tuple[
 
 
 def _read_record(
-    raw: Any, n: int, text_field: str, targets: list[_Target], schema: Schema, bundle: Bundle, file: str
+    raw: Any,
+    n: int,
+    text_field: str,
+    targets: list[_Target],
+    schema: Schema,
+    bundle: Bundle,
+    file: str,
+    aside: dict[str, Any],
 ) -> Record:
     if not isinstance(raw, dict):
         raise InterchangeError(file, f"record #{n + 1}", None, "a record is an object with id, fields, responses")
@@ -302,7 +368,7 @@ def _read_record(
     metadata = dict(metadata)
     extras = shapes.checked(
         shapes.ArgillaExtras,
-        metadata.pop(EXTRAS, None) or {},
+        metadata.pop(EXTRAS, None) or aside.get(str(rid)) or {},
         file,
         where,
         f"metadata.{EXTRAS}",
@@ -557,15 +623,29 @@ def write_argilla(bundle: Bundle, folder: str | Path) -> None:
     """The bundle as the folder `Dataset.to_disk` writes; nothing is left at `folder` if any of it fails."""
     folder = Path(folder)
     groups = _groups(bundle.schema, bundle.source or str(folder))
+    kept = bundle.tool_settings.get("argilla") or {}
+    settings = _settings(bundle, groups, kept.get("settings") or {})
+    extra_keys = [key for record in bundle.records for key in (*record.predictions, *record.model_skipped)]
+    names = run_names(bundle.runs, extra_keys)
+    fields = [f["name"] for f in settings["fields"] if f["name"] != bundle.text_field]
+    records = [_record(bundle, record, groups, names, fields) for record in bundle.records]
+    defined = {m["name"] for m in settings["metadata"]}
+    if any(set(r["metadata"]) - defined - {EXTRAS} for r in records):  # item fields Argilla is not told of
+        settings["allow_extra_metadata"] = True
+    aside: dict[str, Any] = {}
+    if not settings["allow_extra_metadata"]:
+        if all(r["id"] is not None for r in records):
+            aside = {str(r["id"]): r["metadata"].pop(EXTRAS) for r in records if EXTRAS in r["metadata"]}
+        elif any(EXTRAS in r["metadata"] for r in records):  # no id to find them by beside the records
+            settings["allow_extra_metadata"] = True
     with atomic_path(folder, directory=True) as temp:
         (temp / ".argilla").mkdir()
-        _dump(temp / DATASET, _dataset_model(folder.name, bundle.schema))
-        _dump(temp / SETTINGS, _settings(bundle, groups))
+        _dump(temp / DATASET, _dataset_model(kept.get("name") or folder.name, bundle.schema, settings))
+        _dump(temp / SETTINGS, settings)
         places = {q.id: [g.name, g.label(q)] for g in groups for q in g.questions}
-        _dump(temp / SIDECAR, {"schema": bundle.schema.to_dict(), "questions": places})
-        extra_keys = [key for record in bundle.records for key in (*record.predictions, *record.model_skipped)]
-        names = run_names(bundle.runs, extra_keys)
-        _dump(temp / RECORDS, [_record(bundle, record, groups, names) for record in bundle.records])
+        sidecar = {"schema": bundle.schema.to_dict(), "questions": places}
+        _dump(temp / SIDECAR, {**sidecar, "records": aside} if aside else sidecar)
+        _dump(temp / RECORDS, records)
 
 
 def _dump(path: Path, data: Any) -> None:
@@ -614,17 +694,21 @@ def _values(group: _Group) -> list[Any]:
     return [group.label(member) for member in group.questions]
 
 
-def _dataset_model(name: str, schema: Schema) -> dict[str, Any]:
+def _dataset_model(name: str, schema: Schema, settings: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": None, "inserted_at": None, "updated_at": None, "name": name, "status": "ready",
-        "guidelines": schema.instructions or None, "allow_extra_metadata": True, "distribution": None,
-        "workspace_id": None, "last_activity_at": None,
+        "guidelines": schema.instructions or None, "allow_extra_metadata": settings["allow_extra_metadata"],
+        "distribution": None, "workspace_id": None, "last_activity_at": None,
     }  # fmt: skip
 
 
-def _settings(bundle: Bundle, groups: list[_Group]) -> dict[str, Any]:
-    """`Settings.serialize()`'s shape. Extra metadata is allowed: it carries diffjev's facts and item fields."""
+def _settings(bundle: Bundle, groups: list[_Group], kept: dict[str, Any]) -> dict[str, Any]:
+    """`Settings.serialize()`'s shape: diffjev's questions, each with the dataset's own title, description,
+    `required` and option settings (`kept`, read with it) where they still fit, and its fields and metadata
+    properties. Extra metadata is allowed unless the dataset said otherwise: it carries diffjev's facts and
+    the item fields."""
     blank = {"id": None, "inserted_at": None, "updated_at": None}
+    theirs = {q["name"]: q for q in kept.get("questions") or [] if isinstance(q.get("name"), str)}
     questions = []
     for n, g in enumerate(groups):
         values = _values(g)
@@ -641,32 +725,50 @@ def _settings(bundle: Bundle, groups: list[_Group]) -> dict[str, Any]:
                 if g.shape == "multi":
                     settings["options_order"] = "natural"
         title = g.questions[0].instructions if len(g.questions) == 1 and not g.questions[0].part_of else g.name
-        questions.append(
-            {
-                **blank,
-                "name": g.name,
-                "settings": settings,
-                "title": title,
-                "description": None,
-                "required": n == 0,
-                "dataset_id": None,
-                "type": settings["type"],
-            }  # fmt: skip
-        )
+        question = {
+            **blank, "name": g.name, "settings": settings, "title": title, "description": None,
+            "required": n == 0, "dataset_id": None, "type": settings["type"],
+        }  # fmt: skip
+        own = theirs.get(g.name)
+        if own is not None and _kind(own) == settings["type"]:
+            question.update({k: own[k] for k in ("title", "description", "required") if k in own})
+            if _same_options(own.get("settings"), settings):
+                question["settings"] = own["settings"]
+        questions.append(question)
     text_field = {
         **blank, "name": bundle.text_field, "settings": {"type": "text", "use_markdown": False},
         "title": bundle.text_field, "required": True, "description": None, "dataset_id": None, "type": "text",
     }  # fmt: skip
+    # the dataset's own text fields: the item text's, and the others where the items still hold them
+    held = {k for record in bundle.records for k, v in record.fields.items() if isinstance(v, str)}
+    fields = [text_field]
+    for f in kept.get("fields") or []:
+        if _kind(f) != "text" or not isinstance(f.get("name"), str):
+            continue
+        if f["name"] == bundle.text_field:
+            fields[0] = {**text_field, **f}
+        elif f["name"] in held:
+            fields.append({**text_field, **f})
     return {
         "guidelines": bundle.schema.instructions or None,
         "questions": questions,
-        "fields": [text_field],
+        "fields": fields,
         "vectors": [],
-        "metadata": [],
-        "allow_extra_metadata": True,
+        "metadata": [m for m in kept.get("metadata") or [] if m["name"] not in {f["name"] for f in fields}],
+        "allow_extra_metadata": kept.get("allow_extra_metadata", True),
         "distribution": {"strategy": "overlap", "min_submitted": 1},
         "mapping": None,
     }
+
+
+def _same_options(own: Any, settings: dict[str, Any]) -> bool:
+    """Whether a dataset's own question settings list the options diffjev writes, in the same order (their
+    texts may differ: "Billing" for billing), and for spans the same field."""
+    if not isinstance(own, dict) or not isinstance(own.get("options"), list):
+        return False
+    values = [o.get("value") if isinstance(o, dict) else None for o in own["options"]]
+    same = values == [o["value"] for o in settings["options"]]
+    return same and own.get("field", settings.get("field")) == settings.get("field")
 
 
 def _user_id(annotator: str) -> str:
@@ -683,8 +785,11 @@ def _marks(q: Question, value: str | None, spans: tuple[SpanMark, ...] | None, t
     return tuple(SpanMark(s.start, s.end, s.text) for s in parse_span_value(value or "none", text, q.kind))
 
 
-def _record(bundle: Bundle, record: Record, groups: list[_Group], names: dict[str, str]) -> dict[str, Any]:
-    """One record; `names` are the runs' agents (bundle.run_names)."""
+def _record(
+    bundle: Bundle, record: Record, groups: list[_Group], names: dict[str, str], fields: list[str]
+) -> dict[str, Any]:
+    """One record; `names` are the runs' agents (bundle.run_names), `fields` the item fields that are
+    the dataset's own text fields (the rest is metadata)."""
     extras: dict[str, Any] = {}
     annotators: dict[str, str] = {}
     facts: list[dict[str, Any]] = []
@@ -745,12 +850,13 @@ def _record(bundle: Bundle, record: Record, groups: list[_Group], names: dict[st
     ):
         if value:
             extras[name] = value
-    metadata = dict(record.fields)
+    metadata = {k: v for k, v in record.fields.items() if k not in fields}
     if extras:
         metadata[EXTRAS] = extras
+    own = {k: record.fields[k] for k in fields if isinstance(record.fields.get(k), str)}
     return {
         "id": record.external_id,
-        "fields": {bundle.text_field: record.text},
+        "fields": {bundle.text_field: record.text, **own},
         "metadata": metadata,
         "suggestions": suggestions,
         "responses": responses,

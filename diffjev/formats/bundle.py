@@ -110,6 +110,9 @@ class Bundle:
     # One person's other name -> the name their answers carry here (Label Studio's "ls-user-<id>", which a
     # quick export gives, -> the email a snapshot gives for the same user id): imports under either meet.
     aliases: dict[str, str] = field(default_factory=dict)
+    # What the other tool said of the dataset beyond the schema, by tool (Argilla's settings and dataset
+    # name): kept with the project, and written back where it still fits the questions.
+    tool_settings: dict[str, Any] = field(default_factory=dict)
 
 
 def score_distribution(names: tuple[str, ...] | list[str], answer: str, score: float) -> dict[str, float]:

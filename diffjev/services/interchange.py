@@ -107,6 +107,8 @@ def import_bundle(
         records = list(zip(bundle.records, rows_checked))
         item_ids, added, duplicates = _store_items(session, project.id, records, file)
         aliases = _meet_aliases(session, project.id, bundle.aliases, actor)
+        if bundle.tool_settings:  # the latest file's word on its tool's settings
+            project.tool_settings = {**(project.tool_settings or {}), **bundle.tool_settings}
         stored = store.stored_answers(session, item_ids, list(rows.values()))
         settled_before = store.stored_adjudications(session, item_ids, list(rows.values()))
         answers, fresh = 0, {}
@@ -497,7 +499,7 @@ def project_bundle(
             run.id: RunInfo(run_key(run.id), run.engine, run.model_name, run.model_version)
             for run in store.runs_of(session, project.id, run_id)
         }
-        project_id, text_field = project.id, project.text_field
+        project_id, text_field, tool_settings = project.id, project.text_field, dict(project.tool_settings or {})
     key_of = {row: key for key, row in rows.items()}
     kinds = {q.id: q for q in schema.questions}
     records: list[Record] = []
@@ -545,7 +547,8 @@ def project_bundle(
             records.append(record)
         if progress:
             progress(len(records))
-    return Bundle(schema, records, {info.key: info for info in runs.values()}, text_field, project_name)
+    runs_by_key = {info.key: info for info in runs.values()}
+    return Bundle(schema, records, runs_by_key, text_field, project_name, tool_settings=tool_settings)
 
 
 def _marks(spans: tuple[Span, ...]) -> tuple[SpanMark, ...]:

@@ -293,6 +293,23 @@ def check_argilla_folder(folder: Path, problems: Problems) -> str | None:
                 problems.add(files["records"], where, f"fields.{name}", "a required field has no value")
         for name in fields.keys() - fields_conf.keys():
             problems.add(files["records"], where, f"fields.{name}", "no such field in the settings")
+        # argilla_server/validators/records.py: metadata the settings do not define is refused unless they allow
+        # extra metadata, and a terms property takes only its listed values
+        properties = {m["name"]: m for m in settings_json.get("metadata") or []}
+        for name, value in (data.get("metadata") or {}).items():
+            prop = properties.get(name)
+            if prop is None:
+                if not settings_json.get("allow_extra_metadata", True):
+                    problems.add(
+                        files["records"],
+                        where,
+                        f"metadata.{name}",
+                        "no such metadata property, and extra metadata is not allowed",
+                    )
+                continue
+            terms = (prop.get("settings") or {}).get("values")
+            if (prop.get("settings") or {}).get("type") == "terms" and terms and value not in terms:
+                problems.add(files["records"], where, f"metadata.{name}", f"{value!r} is not one of {terms}")
         for name, suggestion in (data.get("suggestions") or {}).items():
             field = f"suggestions.{name}"
             if name not in questions:

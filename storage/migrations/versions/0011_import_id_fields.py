@@ -1,10 +1,12 @@
-"""the id field an import keyed its items on, so an export gives the id column back under its own name
+"""an import's id field and another tool's settings, so an export gives them back as they came
 
 Revision ID: 0011
 Revises: 0010
 Create Date: 2026-12-07 22:00:00
 
 - `imports.id_field`: the column of the file that held each item's id (None: items keyed on content).
+- `projects.tool_settings`: what another tool's file said of the dataset that diffjev's schema does not hold
+  (an Argilla dataset's settings and name), by tool, for an export to that tool.
 """
 
 from alembic import op
@@ -20,8 +22,12 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("imports") as batch:
         batch.add_column(sa.Column("id_field", sa.String(length=200), nullable=True))
+    with op.batch_alter_table("projects") as batch:
+        batch.add_column(sa.Column("tool_settings", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("projects") as batch:
+        batch.drop_column("tool_settings")
     with op.batch_alter_table("imports") as batch:
         batch.drop_column("id_field")

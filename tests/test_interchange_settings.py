@@ -1,0 +1,68 @@
+"""An Argilla dataset's own settings come back from diffjev as they went in: its question titles,
+descriptions, `required` flags and option texts, its fields and their titles, its metadata properties,
+`allow_extra_metadata`, its name and guidelines; the records keep their extra fields and metadata."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from diffjev.services.interchange import export_file, import_file, project_bundle
+from interchange_fixtures import comparable
+from storage.db import Database
+
+ARGILLA = Path(__file__).resolve().parent / "data" / "argilla" / "support_tickets"  # made by Argilla 2.8
+
+
+def settings_of(folder: Path) -> dict:
+    return json.loads((folder / ".argilla" / "settings.json").read_text())
+
+
+def questions(settings: dict) -> dict:
+    return {
+        q["name"]: (q["title"], q["description"], q["required"], q["type"], q["settings"])
+        for q in settings["questions"]
+    }
+
+
+def fields(settings: dict) -> list:
+    return [(f["name"], f["title"], f["required"], f["settings"]) for f in settings["fields"]]
+
+
+def test_an_argilla_dataset_keeps_its_settings_through_diffjev(tmp_path):
+    db = Database(tmp_path / "tickets.db")
+    import_file(db, "tickets", "argilla", ARGILLA, "importer")
+    export_file(db, "tickets", "argilla", tmp_path / "out", "exporter", reviewed_only=False)
+    given, back = settings_of(ARGILLA), settings_of(tmp_path / "out")
+    assert questions(back) == questions(given)
+    assert fields(back) == fields(given)
+    assert back["metadata"] == given["metadata"]
+    assert back["allow_extra_metadata"] is False
+    assert back["guidelines"] == given["guidelines"]
+    dataset = json.loads((tmp_path / "out" / ".argilla" / "dataset.json").read_text())
+    assert (dataset["name"], dataset["guidelines"]) == ("support_tickets", given["guidelines"])
+    mine = {r["id"]: r for r in json.loads((ARGILLA / "records.json").read_text())}
+    for record in json.loads((tmp_path / "out" / "records.json").read_text()):
+        assert record["fields"] == mine[record["id"]]["fields"]  # the agent's reply is a field again
+        assert record["metadata"] == mine[record["id"]]["metadata"]  # only what the settings define
+    again = Database(tmp_path / "again.db")
+    import_file(again, "tickets", "argilla", tmp_path / "out", "importer")
+    assert comparable(project_bundle(again, "tickets")) == comparable(project_bundle(db, "tickets"))
+
+
+def test_settings_a_project_no_longer_fits_are_not_written(tmp_path):
+    """A question the project asks differently now (its options changed) is written as diffjev has it."""
+    db = Database(tmp_path / "tickets.db")
+    import_file(db, "tickets", "argilla", ARGILLA, "importer")
+    stored = json.loads((ARGILLA / ".argilla" / "settings.json").read_text())
+    from storage import repo
+
+    with db.session() as session:
+        project = repo.get_project(session, "tickets")
+        kept = dict(project.tool_settings)
+        kept["argilla"]["settings"]["questions"][0]["settings"]["options"][0]["value"] = "elated"
+        project.tool_settings = kept
+    export_file(db, "tickets", "argilla", tmp_path / "out", "exporter", reviewed_only=False)
+    sentiment = questions(settings_of(tmp_path / "out"))["sentiment"]
+    assert [o["value"] for o in sentiment[4]["options"]] == ["positive", "neutral", "negative"]
+    assert sentiment[0] == stored["questions"][0]["title"]  # the title still fits, and is kept
