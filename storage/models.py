@@ -168,6 +168,14 @@ class Import(Base):
     undone_at: Mapped[datetime | None] = mapped_column(Timestamp)
 
 
+class SignedOutSession(Base):
+    """A Hub session cookie whose user signed out (storage.signouts), by the sha256 of the cookie."""
+
+    __tablename__ = "signed_out_sessions"
+    cookie_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    until: Mapped[float]  # epoch seconds: when the cookie would have expired anyway
+
+
 class Run(Base):
     __tablename__ = "runs"
     id: Mapped[int] = mapped_column(primary_key=True)

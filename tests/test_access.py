@@ -668,6 +668,10 @@ def test_hub_sign_in_is_required_everywhere_and_checked_against_members(tmp_path
         assert copied.get("/config").status_code == 401  # signing out revokes the cookie, copies included
         other = httpx.Client(base_url=server.url, timeout=30, cookies={"session": hub_session_cookie("carol")})
         assert other.get("/config").status_code == 200  # carol's other sign-ins are her own
+    restarted, _ = serve_studio(db, dgemma_engine, name="payroll")
+    with restarted:  # a sign-out outlives the studio that took it
+        assert httpx.get(f"{restarted.url}/config", cookies={"session": cookie}).status_code == 401
+        assert httpx.get(f"{restarted.url}/config", cookies={"session": hub_session_cookie("carol")}).status_code == 200
     with db.read() as session:  # the answer carries the Hub username
         assert session.scalars(select(Response.annotator)).all() == ["carol"]
 

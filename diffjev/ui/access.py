@@ -34,6 +34,8 @@ from starlette.requests import HTTPConnection
 from starlette.responses import HTMLResponse, JSONResponse
 
 from diffjev.api import error_response
+from storage import signouts
+from storage.db import Database
 
 log = logging.getLogger("diffjev")
 
@@ -113,26 +115,34 @@ class SignedOutSessions:
     """Hub session cookies whose user signed out: refused until they would have expired anyway.
 
     Gradio's sign-out only empties the cookie in the browser that asked, so a copy of it would go on
-    working until its sign-in expires. Kept in memory: a restart forgets them, and every session still
-    ends at its `expires_at` and at most SESSION_MAX_AGE after it was signed."""
+    working until its sign-in expires. Kept in the database (storage.signouts), so a restart or another
+    studio process on it refuses them too; without one (a test's gate), in memory only."""
 
-    def __init__(self) -> None:
+    def __init__(self, db: Database | None = None) -> None:
         self._until: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._db = db
 
     @staticmethod
     def _key(cookie: str) -> str:
         return hashlib.sha256(cookie.encode()).hexdigest()
 
     def revoke(self, cookie: str, until: float) -> None:
-        now = time.time()
+        now, key = time.time(), self._key(cookie)
         with self._lock:
-            self._until = {key: end for key, end in self._until.items() if end > now}
-            self._until[self._key(cookie)] = until
+            self._until = {k: end for k, end in self._until.items() if end > now}
+            self._until[key] = until
+        if self._db is not None:
+            self._db.write(lambda session: signouts.sign_out(session, key, until, now))
 
     def revoked(self, cookie: str) -> bool:
+        key = self._key(cookie)
         with self._lock:
-            return self._until.get(self._key(cookie), 0.0) > time.time()
+            until = self._until.get(key)
+        if until is None and self._db is not None:
+            with self._db.read() as session:
+                until = signouts.signed_out_until(session, key)
+        return (until or 0.0) > time.time()
 
 
 def hub_session(cookie: str | None, signed_out: SignedOutSessions | None = None) -> tuple[str, float] | None:
