@@ -34,7 +34,8 @@ Writing, a question's one suggestion is the latest run's (the bundle's order) th
 the run's model name (bundle.run_names); metadata.diffjev.runs maps that name back to the run's key.
 
 A suggestion read from Argilla alone becomes a distribution by one rule: the suggested answer gets the
-score and the other answers share the rest evenly (no score: the suggested answer gets 1). A multi-label
+score and the other answers share the rest evenly (no score: the answer has none, and none is written
+back). A multi-label
 suggestion's scores are P(yes) of the labels it lists; a label it leaves out has P(yes) = 0, unless
 metadata.diffjev holds the run's answers to that question: then a label missing from them was not answered.
 """

@@ -24,8 +24,10 @@ Each annotation becomes one person's answers (annotator: `completed_by`'s email 
 details, else "ls-user-<id>"; `was_cancelled` marks every question skipped; `lead_time` is the seconds).
 Predictions are grouped by `model_version` into runs. A prediction's per-answer distribution is the result's
 `meta.distribution` where diffjev wrote one; otherwise it is derived from the score: the chosen answer gets the
-result's `score` (else the prediction's `score`, else 1) and the other answers share the rest evenly; for a
-multiple Choices tag a chosen label gets P(yes) = score and an unchosen one P(yes) = 1 - score.
+result's `score` (else the prediction's `score`) and the other answers share the rest evenly; for a
+multiple Choices tag a chosen label gets P(yes) = score and an unchosen one P(yes) = 1 - score. An answer
+with no score at all has none (ModelAnswer.confidence None): none is invented, so none is written back, and
+a prediction's `score` is the mean of the scores its answers were given.
 
 Writing, a run's `model_version` is its model's name (bundle.run_names: "model@version", " (run 7)" where two
 runs share one) and meta.diffjev.runs maps that name back to the run's key; each annotator has one
