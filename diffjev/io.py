@@ -869,8 +869,8 @@ def _write_export(
         if fmt in ("jsonl", "csv"):
             with open(temp, "w", encoding="utf-8", newline="") as f:
                 writer = csv.writer(f)
-                if fmt == "csv":
-                    writer.writerow(names)
+                if fmt == "csv":  # a column may be named by a file's own header (the import's id field)
+                    writer.writerow([csv_cell(n, csv_escape) for n in names])
                 for batch in batches:
                     rows = zip(*(batch[n] for n in names))
                     if fmt == "jsonl":

@@ -460,6 +460,29 @@ def test_exports_are_not_served_from_a_path_anyone_can_guess(studio):
     assert oct(context.export_dir.stat().st_mode & 0o777) == "0o700"
 
 
+def test_an_export_downloads_only_for_members_of_its_project(tmp_path, dgemma_engine):
+    """Gradio serves a download at an address with no ?project=: the studio knows which project each is of."""
+    db = studio_db(tmp_path / "downloads.db", [f"{MARK} 1"], dgemma_engine, name=PROJECT)
+    studio_db(tmp_path / "downloads.db", ["an open item"], dgemma_engine, name="open")
+    with db.session() as session:
+        repo.set_members(session, PROJECT, ["alice"], "owner")
+    server, _ = serve_studio(db, dgemma_engine, name=PROJECT, auth=USERS)
+    with server:
+        alice, bob = logged_in(server, USERS[0]), logged_in(server, USERS[1])
+        urls = []
+        for fmt in ("csv", "labelstudio"):
+            event, said = gradio_call(alice, "export", fmt, False, None)  # no annotator named: null, as "" is
+            assert event == "complete", said
+            urls.append(json.loads(said)[1]["value"]["url"])
+        for url in urls:
+            assert alice.get(url).status_code == 200
+            refused = bob.get(url, params={"project": "open"})  # bob opens his own project, with alice's link
+            assert refused.status_code == 403 and MARK not in refused.text
+        with db.session() as session:
+            repo.set_members(session, PROJECT, ["carol"], "owner")
+        assert all(alice.get(url).status_code == 403 for url in urls)  # removed after exporting
+
+
 @pytest.fixture(scope="module")
 def two_projects(tmp_path_factory, dgemma_engine):
     """A studio on PROJECT, and in the same database another project with its own items, answers and run."""

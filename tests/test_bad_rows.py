@@ -19,6 +19,7 @@ from sqlalchemy import select
 
 from diffjev import Schema
 from diffjev.io import SourceError
+from diffjev.services.exporting import export_project
 from diffjev.services.importing import import_items
 from storage import repo
 from storage.db import Database
@@ -239,6 +240,21 @@ def test_cli_csv_export_neutralises_formulas_unless_told_not_to(db_url, db, tmp_
     )
     assert done.returncode == 0, done.stderr
     assert [csv_texts(out)[f"t{i}"]["text"] for i in range(len(texts))] == texts
+
+
+def test_a_header_cell_named_by_an_import_is_escaped_like_any_cell(db, tmp_path):
+    """The export names the id column after the import's id field, which is anyone's text."""
+    import pandas as pd
+
+    named = '=HYPERLINK("http://evil.example/x","click")'
+    import_items(db, "p", pd.DataFrame({named: ["t1"], "text": ["plain"]}), id_field=named)
+    export_project(db, "p", tmp_path / "out.csv", "csv", reviewed_only=False)
+    with open(tmp_path / "out.csv", newline="", encoding="utf-8") as f:
+        header = next(csv.reader(f))
+    assert header[:3] == ["item_id", "'" + named, "text"]
+    export_project(db, "p", tmp_path / "raw.csv", "csv", reviewed_only=False, csv_escape=False)
+    with open(tmp_path / "raw.csv", newline="", encoding="utf-8") as f:
+        assert next(csv.reader(f))[1] == named
 
 
 @pytest.fixture(scope="module")

@@ -354,8 +354,9 @@ class AccessGate:
         hosts: frozenset[str] | None = None,
         max_body: int = 1024 * 1024,
         max_upload: int = 200 * 1024 * 1024,
+        download_projects: Callable[[str], frozenset[str]] = lambda name: frozenset(),
     ):
-        self.app, self.may_use = app, may_use
+        self.app, self.may_use, self.download_projects = app, may_use, download_projects
         self.password_user, self.api_user, self.hub_sign_in = password_user, api_user, hub_sign_in
         self.signed_out, self.origins, self.hosts = signed_out or SignedOutSessions(), origins, hosts
         self.max_body, self.max_upload = max_body, max_upload
@@ -423,6 +424,15 @@ class AccessGate:
             )
             await self._refuse(scope, receive, send, 403, detail, not_a_member_page(user, shown))
             return
+        if user is not None and "/file=" in path:
+            # a download's address names no project: the project it was exported from decides
+            foreign = sorted(p for p in self.download_projects(path.rsplit("/", 1)[-1]) if not self.may_use(user, p))
+            if foreign:
+                log.warning("refused %s %s: %r may not open project %s", method, "a download", user, foreign[0])
+                shown = shown_name(foreign[0])
+                detail = f"this download is of project {shown!r}, which {user} cannot open"
+                await self._refuse(scope, receive, send, 403, detail, not_a_member_page(user, shown))
+                return
         if method in SAFE_METHODS and has_body(connection.headers):
             # A GET carries no body, and no route reads one: uvicorn would go on taking in what it drops
             await self._refuse(scope, receive, send, 400, f"a {method} request carries no body; send it without one")

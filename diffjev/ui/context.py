@@ -153,6 +153,9 @@ class Studio:
     # (handler, inputs, outputs) that refresh what an answer, a skip or an undo changed: the picker's share
     # answered
     on_answers_changed: list[tuple[Any, list, list]] = field(default_factory=list)
+    # The file names of the downloads offered (offer_download), with the projects they are of
+    _downloads: dict[str, set[str]] = field(default_factory=dict)
+    _downloads_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def after_answers(self, event: Any) -> Any:
         """Chain the on_answers_changed refreshes after an event that stores or takes back answers."""
@@ -207,6 +210,18 @@ class Studio:
             said = f"no project named {wanted!r} that {user} can open; pick one from the project list"
             raise NoProject(html.escape(said, quote=False))
         return Scope(wanted, found.project_id, user, found.role, found.created_at)
+
+    def offer_download(self, path: Path, project: str) -> str:
+        """`path` as a download of `project`'s: Gradio serves it at an address that names no project, so the
+        access gate asks download_projects() whose it is, and refuses anyone who may not open that project."""
+        with self._downloads_lock:
+            self._downloads.setdefault(path.name, set()).add(project)
+        return str(path)
+
+    def download_projects(self, name: str) -> frozenset[str]:
+        """The projects a download of this file name was offered from (none: not an export)."""
+        with self._downloads_lock:
+            return frozenset(self._downloads.get(name, ()))
 
     def export_target(self, name: str) -> Path:
         """A fresh folder for one export (two exports in the same second never meet), and the file's path."""

@@ -606,7 +606,7 @@ def export_for_another_tool(
     answers and the suggestions of the chosen run (each item's latest read: every run, each as its own
     model version or agent)."""
     tool = TOOL_NAMES[fmt_name]
-    if who.strip():
+    if (who or "").strip():
         return (
             f"⚠️ Nothing exported: a {tool} export carries every annotator's answers, each under their name; "
             "clear “Only this annotator” (it is for diffjev's own formats).",
@@ -633,7 +633,7 @@ def export_for_another_tool(
         else "the dataset folder as Argilla's Dataset.to_disk writes it (load it with Dataset.from_disk)"
     )
     note = f"Exported {count} items for {tool}. The download is one .zip holding {held}."
-    return note, gr.update(value=str(archive), visible=True)
+    return note, gr.update(value=studio.offer_download(archive, scope.project), visible=True)
 
 
 def build_export(studio: Studio) -> None:
@@ -660,14 +660,15 @@ def build_export(studio: Studio) -> None:
                 target,
                 fmt_name,
                 run_id=pick_of(studio, "export", request),
-                annotator=who.strip() or None,
+                annotator=(who or "").strip() or None,
                 reviewed_only=reviewed_only,
                 actor=scope.user,
             )
             download = download_of(target)  # a dataset folder, or a file with its images: one zip
         except (SourceError, ExportError, repo.NotFound) as exc:
             return f"⚠️ {md_text(str(exc))}", gr.update(visible=False)
-        return export_note(count, target, download), gr.update(value=str(download), visible=True)
+        shown = studio.offer_download(download, scope.project)
+        return export_note(count, target, download), gr.update(value=shown, visible=True)
 
     def runs_listed(request: gr.Request) -> Any:
         return gr.update(choices=run_choices(studio, studio.scope(request)), value=LATEST)

@@ -199,7 +199,11 @@ def build(studio: Studio, opened: gr.Tab | None = None) -> None:
         # The export's CSV writer: atomic, and formula cells escaped (a model name is anyone's text).
         cells = table.astype(object).where(table.notna(), None).itertuples(index=False)
         write_csv(path, [str(c) for c in table.columns], cells, escape=csv_escape_setting())
-        return gr.update(value=table, visible=True), gr.update(value=str(path), visible=True), ""
+        return (
+            gr.update(value=table, visible=True),
+            gr.update(value=studio.offer_download(path, scope.project), visible=True),
+            "",
+        )
 
     def keep_temperature(key: str, run_id: int | None, request: gr.Request) -> str:
         scope = reviewing(request)

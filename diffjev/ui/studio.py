@@ -370,6 +370,7 @@ def create_app(studio: Studio, auth: list[tuple[str, str]] | None = None) -> Fas
         api_user=basic_login.user if basic_login else None,
         hub_sign_in=hub_sign_in,
         signed_out=SignedOutSessions(studio.db),
+        download_projects=studio.download_projects,
         origins=origins,
         # with no sign-in at all, only pages on this machine (DIFFJEV_ALLOW_ANONYMOUS=1 serves it open)
         hosts=frozenset(LOCAL_HOSTS) if not (auth or hub_sign_in or anonymous_on_purpose()) else None,
