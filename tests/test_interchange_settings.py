@@ -5,6 +5,7 @@ descriptions, `required` flags and option texts, its fields and their titles, it
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from diffjev.services.interchange import export_file, import_file, project_bundle
@@ -66,3 +67,43 @@ def test_settings_a_project_no_longer_fits_are_not_written(tmp_path):
     sentiment = questions(settings_of(tmp_path / "out"))["sentiment"]
     assert [o["value"] for o in sentiment[4]["options"]] == ["positive", "neutral", "negative"]
     assert sentiment[0] == stored["questions"][0]["title"]  # the title still fits, and is kept
+
+
+def spoiled(tmp_path: Path) -> Path:
+    """The Argilla dataset with settings Argilla itself would refuse, one part at a time."""
+    folder = tmp_path / "spoiled"
+    shutil.copytree(ARGILLA, folder)
+    settings = settings_of(folder)
+    deep: list = []
+    for _ in range(900):  # past the nesting any JSON column stores
+        deep = [deep]
+    settings["questions"][0]["title"] = {"nested": ["not", "text"]}
+    settings["questions"][1]["required"] = "yes please"
+    settings["questions"][2]["description"] = deep
+    settings["questions"][3]["settings"]["visible_options"] = deep
+    settings["fields"][1]["title"] = ["x"]
+    settings["metadata"][0]["settings"] = "garbage"
+    (folder / ".argilla" / "settings.json").write_text(json.dumps(settings))
+    return folder
+
+
+def test_settings_argilla_would_refuse_are_not_kept_and_the_import_says_which(tmp_path):
+    db = Database(tmp_path / "tickets.db")
+    report = import_file(db, "tickets", "argilla", spoiled(tmp_path), "importer")
+    said = "\n".join(report.notes)
+    for part in (
+        "question 'sentiment': its title",
+        "question 'topics': its required",
+        "question 'urgency': its description",
+        "question 'entities': its settings",
+        "field 'reply': its title",
+        "metadata property 'channel'",
+    ):
+        assert part in said, said
+    export_file(db, "tickets", "argilla", tmp_path / "out", "exporter", reviewed_only=False)
+    back = questions(settings_of(tmp_path / "out"))
+    assert back["sentiment"][0] == "sentiment" and back["topics"][2] is False  # diffjev's own, not the spoiled
+    assert back["urgency"][1] is None and back["entities"][4]["visible_options"] is None
+    assert fields(settings_of(tmp_path / "out"))[1][1] == "reply"
+    assert [m["name"] for m in settings_of(tmp_path / "out")["metadata"]] == ["priority"]
+    assert questions(settings_of(tmp_path / "out"))["topics"][0] == "Which topics does the ticket raise?"

@@ -150,3 +150,13 @@ def test_argillas_own_dataset_moved_through_diffjev_keeps_its_settings_and_passe
     ]
     said = passes(check(folder))  # no metadata the settings do not define: diffjev's rides beside the records
     assert "3 records, 8 suggestions and 10 responses" in said
+
+
+def test_argilla_settings_argilla_would_refuse_are_written_as_diffjevs_own(tools, tmp_path):
+    from test_interchange_settings import spoiled
+
+    db = Database(tmp_path / "spoiled.db")
+    import_file(db, "spoiled", "argilla", spoiled(tmp_path), "importer")
+    folder = tmp_path / "out"
+    export_file(db, "spoiled", "argilla", folder, "owner", reviewed_only=False)
+    assert "3 records, 8 suggestions and 10 responses" in passes(check(folder))

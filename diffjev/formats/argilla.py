@@ -106,7 +106,7 @@ def read_argilla(folder: str | Path) -> Bundle:
         raise InterchangeError(str(records_file), None, None, _no_records(folder))
     raw_records = _load_json(records_file, list, "a list of records")
     bundle = Bundle(schema=schema, records=[], text_field=text_field, source=str(folder))
-    kept = _kept_settings(settings, folder / DATASET)
+    kept = _kept_settings(settings, folder / DATASET, bundle.notes)
     if len(json.dumps(kept)) <= MAX_KEPT_SETTINGS:
         bundle.tool_settings["argilla"] = kept
     else:
@@ -124,25 +124,44 @@ _QUESTION_KEYS = ("name", "title", "description", "required", "type", "settings"
 _FIELD_KEYS = ("name", "title", "description", "required", "type", "settings")
 
 
-def _kept_settings(settings: dict[str, Any], dataset_file: Path) -> dict[str, Any]:
+def _kept_settings(settings: dict[str, Any], dataset_file: Path, notes: list[str]) -> dict[str, Any]:
     """What an export to Argilla writes back of the dataset's own settings: the parts diffjev's schema does
-    not hold, in Settings.serialize()'s shape, and the dataset's name."""
+    not hold, in Settings.serialize()'s shape, and the dataset's name. A part Argilla's own models would
+    refuse (a title that is not text, `required` that is not true or false, settings nested past any
+    setting's depth) is not kept, and `notes` says which; the export writes diffjev's own there."""
 
-    def entries(key: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    def entries(key: str, what: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
         listed = settings.get(key)
-        return (
-            [{k: e[k] for k in keys if k in e} for e in listed if isinstance(e, dict)]
-            if isinstance(listed, list)
-            else []
-        )
+        kept = []
+        for entry in listed if isinstance(listed, list) else []:
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                continue  # the schema's reading has refused or skipped it already
+            good = {}
+            for k in keys:
+                if k not in entry:
+                    continue
+                problem = _setting_problem(k, entry[k])
+                if problem:
+                    notes.append(f"{what} {entry['name'][:80]!r}: its {k} {problem}; not kept for an Argilla export")
+                else:
+                    good[k] = entry[k]
+            kept.append(good)
+        return kept
 
+    properties = []
+    for entry in entries("metadata", "metadata property", _METADATA_KEYS):
+        if "settings" in entry and entry["settings"].get("type") in METADATA_TYPES:
+            properties.append(entry)
+        else:
+            notes.append(
+                f"metadata property {entry['name'][:80]!r}: its settings name no type of "
+                f"{', '.join(METADATA_TYPES)}; not kept for an Argilla export"
+            )
     kept: dict[str, Any] = {
         "settings": {
-            "questions": entries("questions", _QUESTION_KEYS),
-            "fields": entries("fields", _FIELD_KEYS),
-            "metadata": [
-                e for e in settings.get("metadata") or [] if isinstance(e, dict) and isinstance(e.get("name"), str)
-            ],
+            "questions": entries("questions", "question", _QUESTION_KEYS),
+            "fields": entries("fields", "field", _FIELD_KEYS),
+            "metadata": properties,
         }
     }
     if isinstance(settings.get("allow_extra_metadata"), bool):
@@ -152,6 +171,39 @@ def _kept_settings(settings: dict[str, Any], dataset_file: Path) -> dict[str, An
         if isinstance(dataset.get("name"), str):
             kept["name"] = dataset["name"]
     return kept
+
+
+METADATA_TYPES = ("terms", "integer", "float")  # Argilla 2.x's metadata properties
+_METADATA_KEYS = ("name", "title", "settings", "visible_for_annotators")
+SETTINGS_DEPTH = 8  # a question's options list holds objects: no Argilla setting nests deeper
+
+
+def _setting_problem(key: str, value: Any) -> str | None:
+    """Why a dataset's own setting would not load in Argilla's models, or None where it would."""
+    if key == "name":
+        return None
+    if key in ("title", "type"):
+        return None if isinstance(value, str) else "is not text"
+    if key == "description":
+        return None if value is None or isinstance(value, str) else "is not text"
+    if key in ("required", "visible_for_annotators"):
+        return None if isinstance(value, bool) else "is not true or false"
+    if not isinstance(value, dict):
+        return "is not an object"
+    return None if _depth(value) <= SETTINGS_DEPTH else f"nest past {SETTINGS_DEPTH} levels"
+
+
+def _depth(value: Any) -> int:
+    """How deep lists and objects nest in a JSON value, counted without recursion (it may be thousands)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, level)
+            if deepest > SETTINGS_DEPTH:
+                return deepest
+            stack.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _sidecar_extras(path: Path) -> dict[str, Any]:
@@ -749,13 +801,17 @@ def _settings(bundle: Bundle, groups: list[_Group], kept: dict[str, Any]) -> dic
         if f["name"] == bundle.text_field:
             fields[0] = {**text_field, **f}
         elif f["name"] in held:
-            fields.append({**text_field, **f})
+            fields.append({**text_field, "title": f["name"], "required": False, **f})
     return {
         "guidelines": bundle.schema.instructions or None,
         "questions": questions,
         "fields": fields,
         "vectors": [],
-        "metadata": [m for m in kept.get("metadata") or [] if m["name"] not in {f["name"] for f in fields}],
+        "metadata": [
+            {**blank, **m, "dataset_id": None}
+            for m in kept.get("metadata") or []
+            if m["name"] not in {f["name"] for f in fields}
+        ],
         "allow_extra_metadata": kept.get("allow_extra_metadata", True),
         "distribution": {"strategy": "overlap", "min_submitted": 1},
         "mapping": None,
