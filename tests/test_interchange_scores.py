@@ -110,3 +110,17 @@ def test_label_studio_round_trip_keeps_unscored_answers_unscored(project, tmp_pa
     assert third.get("score") is None and all("score" not in r for r in third["result"])
     (second,) = twice["A Gadget broke"]["predictions"]
     assert second["score"] == pytest.approx(0.5)
+
+
+def test_a_label_an_argilla_suggestion_leaves_out_has_no_score_of_its_own(tmp_path):
+    argilla = Path(__file__).resolve().parent / "data" / "argilla" / "support_tickets"
+    db = Database(tmp_path / "argilla.db")
+    import_file(db, "tickets", "argilla", argilla, "importer")
+    export_file(db, "tickets", "labelstudio", tmp_path / "ls.json", "exporter", reviewed_only=False)
+    task = next(t for t in json.loads((tmp_path / "ls.json").read_text()) if t["data"]["text"].startswith("Maria"))
+    (prediction,) = task["predictions"]
+    topics = next(r for r in prediction["result"] if r["from_name"] == "topics")
+    assert topics["value"]["choices"] == ["billing", "refund"]
+    assert topics["score"] == pytest.approx((0.91 + 0.77) / 2)  # shipping was left out, not scored 1
+    assert topics["meta"]["confidence"] == {"billing": 0.91, "refund": 0.77}
+    assert prediction["score"] == pytest.approx((0.82 + 0.91 + 0.77 + 0.6 + 0.95 + 0.88) / 6)

@@ -36,7 +36,7 @@ the run's model name (bundle.run_names); metadata.diffjev.runs maps that name ba
 A suggestion read from Argilla alone becomes a distribution by one rule: the suggested answer gets the
 score and the other answers share the rest evenly (no score: the answer has none, and none is written
 back). A multi-label
-suggestion's scores are P(yes) of the labels it lists; a label it leaves out has P(yes) = 0, unless
+suggestion's scores are P(yes) of the labels it lists; a label it leaves out is a "no" with no score, unless
 metadata.diffjev holds the run's answers to that question: then a label missing from them was not answered.
 """
 
@@ -624,9 +624,10 @@ def _suggested(t: _Target, s: dict[str, Any], q: Question, text: str, file: str,
     if t.shape == "multi":
         answer = _answer_name(t, value, file, where, field)
         scores = _per_item(score, len(value), file, where, field)
-        if scores is None:
+        listed = [i for i, v in enumerate(value) if str(v) == t.label]
+        if scores is None or not listed:  # a label the suggestion leaves out is a "no" it gave no score
             return ModelAnswer(t.qid, answer, {}, None)
-        p_yes = next((scores[i] for i, v in enumerate(value) if str(v) == t.label), 0.0)
+        p_yes = scores[listed[0]]
         return ModelAnswer(t.qid, answer, {"yes": p_yes, "no": 1.0 - p_yes}, max(p_yes, 1.0 - p_yes))
     answer = _answer_name(t, value, file, where, field)
     if score is None:
