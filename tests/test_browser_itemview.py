@@ -132,6 +132,13 @@ def test_the_controls_answer_the_keyboard_and_the_picker_counts_answers(browser,
         page.wait_for_function(f"document.querySelector({json.dumps(one)}).getAttribute('aria-checked') === 'true'")
         assert page.evaluate("document.activeElement.value") == "One question at a time"
         page.locator("#annotate-start").wait_for()
+        # Tab from its Queue goes on to "Suggestions from", and the Queue's list closes behind it
+        page.locator("#annotate-queue input").click()
+        page.locator("#annotate-queue [role=option]").first.wait_for()
+        page.keyboard.press("Tab")
+        page.wait_for_function("document.querySelectorAll('#annotate-queue [role=option]').length === 0")
+        assert page.evaluate("document.activeElement.closest('#annotate-run') !== null")
+        page.locator("#annotate-mode input[value='One question at a time']").focus()
         page.keyboard.press("ArrowUp")
         page.locator("#itemview-start").wait_for()
         # a dropdown's list closes when Tab leaves it, and a pick with the mouse still takes

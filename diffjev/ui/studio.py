@@ -57,9 +57,9 @@ LOCAL_HOSTS = LOCAL_HOST_NAMES  # where the studio may listen, and the names it 
 
 # Two keyboard habits Gradio's controls break. Its Radio names each input apart (radio-1, radio-2), so the
 # browser's arrow keys do not move within the group: ↑ ↓ ← → pick the previous or next choice, as in any
-# radio group. A dropdown's list stays open when Tab takes the focus to another control, covering the tabs
-# and the keys line below it: it is closed as Escape closes it. A click on one of its options moves no focus
-# (relatedTarget is null), so a pick with the mouse is untouched.
+# radio group. A dropdown's list stays open when Tab takes the focus away (to another control, or to the page
+# where none follows), covering the tabs and the keys line below it: it is closed as Escape closes it. Focus
+# that leaves while a pointer is down is a click, on one of its options or elsewhere, which Gradio handles.
 WIDGET_KEYS_JS = """
 <script>
 document.addEventListener("keydown", (e) => {
@@ -76,12 +76,32 @@ document.addEventListener("keydown", (e) => {
   next.focus();
   next.click();
 }, true);
-document.addEventListener("focusout", (e) => {
+// Tab from a dropdown goes to the next control past it, its list closed: left to the browser, it may go into
+// the list itself, which Gradio then redraws with the focus dropped on the page.
+document.addEventListener("keydown", (e) => {
   const t = e.target;
-  if (!t || !t.getAttribute || t.getAttribute("role") !== "combobox" || !e.relatedTarget) return;
+  if (e.key !== "Tab" || !t || !t.getAttribute || t.getAttribute("role") !== "combobox") return;
   const block = t.closest(".block");
-  if (block && block.contains(e.relatedTarget)) return;
+  if (!block) return;
   t.dispatchEvent(new KeyboardEvent("keydown", {key: "Escape", bubbles: true}));
+  const focusable = "a[href], button, input, select, textarea, [tabindex]:not([tabindex='-1'])";
+  const all = Array.from(document.querySelectorAll(focusable))
+    .filter((el) => !el.disabled && el.offsetParent !== null && !block.contains(el));
+  const next = e.shiftKey
+    ? all.filter((el) => block.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_PRECEDING).pop()
+    : all.find((el) => block.compareDocumentPosition(el) & Node.DOCUMENT_POSITION_FOLLOWING);
+  e.stopPropagation();  // Gradio's own Tab handling would pick the highlighted option and keep the list
+  if (next) { e.preventDefault(); next.focus(); }
+}, true);
+let pointing = false;
+document.addEventListener("pointerdown", () => { pointing = true; }, true);
+document.addEventListener("pointerup", () => { setTimeout(() => { pointing = false; }); }, true);
+document.addEventListener("focusout", (e) => {
+  const t = e.target, role = t && t.getAttribute && t.getAttribute("role");
+  if ((role !== "combobox" && role !== "listbox") || pointing) return;  // Tab may pass through the list itself
+  const block = t.closest(".block"), input = block && block.querySelector("input[role=combobox]");
+  if (!input || (e.relatedTarget && block.contains(e.relatedTarget))) return;
+  input.dispatchEvent(new KeyboardEvent("keydown", {key: "Escape", bubbles: true}));
 }, true);
 </script>
 """
