@@ -93,6 +93,12 @@ def test_an_export_for_the_tool_downloads_as_one_zip_that_imports_back_whole(stu
     back = Database(tmp_path / "back.db")
     import_bundle(back, "back", read_file(fmt, source), "someone")
     assert comparable(project_bundle(back, "back")) == comparable(project_bundle(db, "tickets"))
+    # the download itself, as it came, makes a project through the Manage tab
+    report, created = client(server, USERS[0]).predict(
+        fmt, handle_file(str(archive)), None, f"again-{fmt}", api_name="/create_project_from_tool"
+    )
+    assert created == f"again-{fmt}", html.unescape(report)
+    assert comparable(project_bundle(db, f"again-{fmt}")) == comparable(project_bundle(db, "tickets"))
 
 
 def test_an_export_for_the_tool_refuses_one_annotators_answers_and_an_annotator(studio):

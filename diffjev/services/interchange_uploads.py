@@ -65,6 +65,30 @@ def _dataset_folder(root: Path, name: str) -> Path:
     )
 
 
+def _labelstudio_pair(root: Path, name: str) -> tuple[Path, Path]:
+    """The tasks JSON and labeling config in an unpacked zip: its one .json file and its one .xml file."""
+    files = [p for p in root.rglob("*") if p.is_file()]
+    tasks = [p for p in files if p.suffix.lower() == ".json"]
+    configs = [p for p in files if p.suffix.lower() == ".xml"]
+    if len(tasks) != 1 or len(configs) > 1:
+        raise InterchangeError(
+            name,
+            None,
+            None,
+            f"holds {len(tasks)} .json and {len(configs)} .xml files: zip one Label Studio export (its tasks "
+            "JSON) and its labeling config, as diffjev's download for Label Studio holds them, or upload the two",
+        )
+    if not configs:
+        raise InterchangeError(
+            name,
+            None,
+            None,
+            "holds no labeling config: add it to the zip, or upload it beside (Settings > Labeling Interface > "
+            "Code, saved as an .xml file)",
+        )
+    return tasks[0], configs[0]
+
+
 def read_upload(fmt: str, source: Upload, config: Upload | None, scratch: Path) -> Bundle:
     """The uploaded files as a Bundle named after the uploaded file (so a second import of the same file
     keeps to the runs the first made); an Argilla .zip is unpacked into `scratch` first."""
@@ -72,7 +96,14 @@ def read_upload(fmt: str, source: Upload, config: Upload | None, scratch: Path) 
     if config is not None:
         places[config.path] = config.name
     try:
-        if fmt == "labelstudio":
+        if fmt == "labelstudio" and source.name.lower().endswith(".zip"):
+            # diffjev's own download for Label Studio: the tasks JSON and its labeling config, zipped
+            unpack_zip(source.path, scratch, source.name)
+            places[f"{scratch.resolve()}{os.sep}"] = f"{source.name}/"
+            places[str(scratch.resolve())] = source.name
+            tasks, xml = _labelstudio_pair(scratch.resolve(), source.name)
+            bundle = read_file(fmt, tasks, config.path if config is not None else xml)
+        elif fmt == "labelstudio":
             if config is None:
                 raise InterchangeError(
                     source.name,

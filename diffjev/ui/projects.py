@@ -212,7 +212,8 @@ def _build_from_tool(studio: Studio) -> None:
     gr.Markdown(
         "### From Label Studio or Argilla\n"
         "Admins only. **Label Studio**: upload the project's JSON export (Export > JSON) and its labeling config "
-        "(Settings > Labeling Interface > Code, saved as .xml). **Argilla**: upload the folder `Dataset.to_disk` "
+        "(Settings > Labeling Interface > Code, saved as .xml), or the .zip diffjev's Export tab gives for "
+        "Label Studio, which holds both. **Argilla**: upload the folder `Dataset.to_disk` "
         "wrote, as a .zip. The questions, the items, every annotator's answers and the predictions or suggestions "
         "(as runs, with their scores) come along; a file diffjev cannot hold whole stores nothing and says why."
     )
