@@ -63,7 +63,9 @@ def simulate(
     def annotator(user: tuple[str, str]) -> None:
         who = user[0]
         try:
-            client = Client(url, auth=user, verbose=False)
+            # 20 sign-ins at once each cost a password hash: on two busy cores the first answers can take
+            # longer than httpx's 5 s default, which is a slow start, not an action lost
+            client = Client(url, auth=user, verbose=False, httpx_kwargs={"timeout": 60})
             card = client.predict(question, queue, api_name="/annotate_start")
         except Exception as exc:  # noqa: BLE001 - reported, and the test fails on it
             with lock:

@@ -8,6 +8,9 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
+from diffjev.formats.bundle import InterchangeError
 from diffjev.services.interchange import export_file, import_file, project_bundle
 from interchange_fixtures import comparable
 from storage.db import Database
@@ -107,3 +110,49 @@ def test_settings_argilla_would_refuse_are_not_kept_and_the_import_says_which(tm
     assert fields(settings_of(tmp_path / "out"))[1][1] == "reply"
     assert [m["name"] for m in settings_of(tmp_path / "out")["metadata"]] == ["priority"]
     assert questions(settings_of(tmp_path / "out"))["topics"][0] == "Which topics does the ticket raise?"
+
+
+def with_sidecar(tmp_path: Path, change) -> Path:
+    """The dataset exported with its settings kept (no extra metadata): its records' facts in the sidecar."""
+    db = Database(tmp_path / "source.db")
+    import_file(db, "tickets", "argilla", ARGILLA, "importer")
+    folder = tmp_path / "out"
+    export_file(db, "tickets", "argilla", folder, "exporter", reviewed_only=False)
+    sidecar = folder / ".argilla" / "diffjev.json"
+    data = json.loads(sidecar.read_text())
+    assert data["records"]  # where the facts went
+    change(data)
+    sidecar.write_text(json.dumps(data))
+    return folder
+
+
+def spoil_predictions_key(data: dict) -> None:
+    facts = data["records"]["ticket-1"]
+    facts["predictions"]["run-elsewhere"] = next(iter(facts["predictions"].values()))
+
+
+def spoil_skipped_question(data: dict) -> None:
+    data["records"]["ticket-1"]["model_skipped"] = {
+        next(iter(data["records"]["ticket-1"]["predictions"])): {"salary": {"because": "x", "was": None, "wanted": []}}
+    }
+
+
+def spoil_confidence(data: dict) -> None:
+    next(iter(data["records"]["ticket-1"]["predictions"].values()))[0]["confidence"] = 7
+
+
+@pytest.mark.parametrize(
+    "change, field, said",
+    [
+        (lambda d: d.update(records=[1, 2, 3]), "records", "maps each record's id"),
+        (spoil_predictions_key, "records.ticket-1.predictions.run-elsewhere", "no run of that key"),
+        (spoil_skipped_question, "records.ticket-1.model_skipped", "'salary'"),
+        (spoil_confidence, "records.ticket-1.predictions", "less than or equal to 1"),
+    ],
+)
+def test_facts_beside_the_records_are_checked_and_named_where_they_are(tmp_path, change, field, said):
+    folder = with_sidecar(tmp_path, change)
+    with pytest.raises(InterchangeError) as refused:
+        import_file(Database(tmp_path / "again.db"), "tickets", "argilla", folder, "importer")
+    assert refused.value.file.endswith("diffjev.json"), str(refused.value)
+    assert (refused.value.field or "").startswith(field) and said in str(refused.value), str(refused.value)

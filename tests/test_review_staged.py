@@ -62,7 +62,7 @@ def exported(db: Database, tmp_path) -> dict:
     target = tmp_path / "out.jsonl"
     export_project(db, "p", target, "jsonl")
     frame = pd.read_json(target, lines=True)
-    return frame.set_index("external_id").loc["p1"].to_dict()
+    return frame.set_index("id").loc["p1"].to_dict()
 
 
 def test_change_an_answer_refuses_a_question_the_items_answers_do_not_ask(db, tmp_path):

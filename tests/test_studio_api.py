@@ -62,7 +62,7 @@ def test_main_endpoints_import_prelabel_review_export(studio, tmp_path):
     assert "Exported 11 items" in note
     path = download["value"] if isinstance(download, dict) else download  # a component update comes as a dict
     path = path["path"] if isinstance(path, dict) else path
-    assert open(path).readline().startswith("item_id,external_id,text")
+    assert open(path).readline().startswith("item_id,id,text")  # the import's own id column
 
 
 def test_the_app_needs_a_login(studio):

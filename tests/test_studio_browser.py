@@ -94,7 +94,7 @@ def test_schema_import_prelabel_annotate_by_keyboard_undo_and_export(browser, tm
         ("accepted", "local", True, "submitted")
     ]
     assert rows[0].seconds > 0
-    assert len(exported) == 1 and exported[0]["external_id"] == first.removeprefix("item ")
+    assert len(exported) == 1 and exported[0]["id"] == first.removeprefix("item ")
     assert exported[0]["team_source"] == "accepted" and exported[0]["team"] == exported[0]["team_model"]
     assert set(exported[0]) >= {"urgent", "team", "team_distribution"} and "tone" not in exported[0]
 

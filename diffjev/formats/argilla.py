@@ -211,8 +211,12 @@ def _sidecar_extras(path: Path) -> dict[str, Any]:
     metadata (write_argilla put it beside the records instead)."""
     if not path.exists():
         return {}
-    records = _load_json(path, dict, "the diffjev schema written with the dataset").get("records")
-    return records if isinstance(records, dict) else {}
+    records = _load_json(path, dict, "the diffjev schema written with the dataset").get("records", {})
+    if not isinstance(records, dict):
+        raise InterchangeError(
+            str(path), None, "records", "maps each record's id to what diffjev holds of it; fix it, or remove it"
+        )
+    return records
 
 
 def _no_records(folder: Path) -> str:
@@ -419,14 +423,15 @@ def _read_record(
     if not isinstance(metadata, dict):
         raise InterchangeError(file, where, "metadata", "the metadata is an object of named values; fix it")
     metadata = dict(metadata)
-    extras = shapes.checked(
-        shapes.ArgillaExtras,
-        metadata.pop(EXTRAS, None) or aside.get(str(rid)) or {},
-        file,
-        where,
-        f"metadata.{EXTRAS}",
-        f"fix it, or remove metadata.{EXTRAS} from the record to import what Argilla's own fields hold",
-    )
+    own = metadata.pop(EXTRAS, None)
+    if own is None and rid is not None and str(rid) in aside:  # written beside the records (write_argilla)
+        facts_file, at = str(Path(file).parent / SIDECAR), f"records.{rid}"
+        fix = f"fix it, or remove the record's entry from {SIDECAR} to import what Argilla's own fields hold"
+        own = aside[str(rid)]
+    else:
+        facts_file, at = file, f"metadata.{EXTRAS}"
+        fix = f"fix it, or remove metadata.{EXTRAS} from the record to import what Argilla's own fields hold"
+    extras = shapes.checked(shapes.ArgillaExtras, own or {}, facts_file, where, at, fix)
     item_fields = {k: v for k, v in fields.items() if k != text_field}
     item_fields.update({k: v for k, v in metadata.items() if k not in item_fields})
     record = Record(text=text, external_id=None if rid is None else str(rid), fields=item_fields, where=where)
@@ -455,7 +460,7 @@ def _read_record(
     for facts in answer_facts.values():  # answers Argilla has no response for: not asked, or skipped
         if facts.question not in {t.qid for t in targets}:
             raise InterchangeError(
-                file, where, f"metadata.{EXTRAS}.answers", f"an answer to unknown question {facts.question!r}"
+                facts_file, where, f"{at}.answers", f"an answer to unknown question {facts.question!r}"
             )
         record.answers.append(_human_from_facts(facts))
 
@@ -478,6 +483,15 @@ def _read_record(
             answers.append(_suggested(t, s, schema.question(t.qid), text, file, where))
     group_of = {t.qid: t.argilla for t in targets}
     for key, answers in extras.predictions.items():
+        if key not in bundle.runs:  # its answers would be stored under no run, so dropped
+            raise InterchangeError(
+                facts_file, where, f"{at}.predictions.{key}", f"no run of that key in {at}.runs; {fix}"
+            )
+        unknown = sorted({a.question for a in answers} - set(group_of))
+        if unknown:
+            raise InterchangeError(
+                facts_file, where, f"{at}.predictions.{key}", f"an answer to unknown question {unknown[0]!r}; {fix}"
+            )
         # diffjev's own answers of a run replace what Argilla's one score per suggestion kept of them; a
         # multi-label suggestion says "no" of every label it leaves out, but where diffjev holds the run's
         # answers to that question, a label missing from them is one the run never answered
@@ -489,11 +503,16 @@ def _read_record(
             if a.question not in kept and group_of.get(a.question) not in answered
         ]
         record.predictions[key] = _in_order(current + list(kept.values()), targets)
+    for key, skipped in extras.model_skipped.items():
+        unknown = sorted(set(skipped) - set(group_of))
+        if key not in bundle.runs or unknown:
+            problem = f"no run of that key in {at}.runs" if key not in bundle.runs else f"{unknown[0]!r} is no question"
+            raise InterchangeError(facts_file, where, f"{at}.model_skipped.{key}", f"{problem}; {fix}")
     record.model_skipped = {key: shapes.skips(skipped) for key, skipped in extras.model_skipped.items()}
     settled = extras.adjudications or []
     if not isinstance(settled, list):
-        raise InterchangeError(file, where, f"metadata.{EXTRAS}.adjudications", "adjudications is a list")
-    record.adjudications = [_settled(raw, targets, file, where) for raw in settled]
+        raise InterchangeError(facts_file, where, f"{at}.adjudications", "adjudications is a list")
+    record.adjudications = [_settled(raw, targets, facts_file, where) for raw in settled]
     return record
 
 
