@@ -65,6 +65,14 @@ def _dataset_folder(root: Path, name: str) -> Path:
     )
 
 
+def _unpacked(source: Upload, scratch: Path, places: dict[str, str]) -> Path:
+    """The uploaded zip unpacked into `scratch`; its paths are shown in messages as the zip's own."""
+    unpack_zip(source.path, scratch, source.name)
+    places[f"{scratch.resolve()}{os.sep}"] = f"{source.name}/"
+    places[str(scratch.resolve())] = source.name
+    return scratch.resolve()
+
+
 def _labelstudio_pair(root: Path, name: str) -> tuple[Path, Path]:
     """The tasks JSON and labeling config in an unpacked zip: its one .json file and its one .xml file."""
     files = [p for p in root.rglob("*") if p.is_file()]
@@ -98,10 +106,7 @@ def read_upload(fmt: str, source: Upload, config: Upload | None, scratch: Path) 
     try:
         if fmt == "labelstudio" and source.name.lower().endswith(".zip"):
             # diffjev's own download for Label Studio: the tasks JSON and its labeling config, zipped
-            unpack_zip(source.path, scratch, source.name)
-            places[f"{scratch.resolve()}{os.sep}"] = f"{source.name}/"
-            places[str(scratch.resolve())] = source.name
-            tasks, xml = _labelstudio_pair(scratch.resolve(), source.name)
+            tasks, xml = _labelstudio_pair(_unpacked(source, scratch, places), source.name)
             bundle = read_file(fmt, tasks, config.path if config is not None else xml)
         elif fmt == "labelstudio":
             if config is None:
@@ -125,10 +130,7 @@ def read_upload(fmt: str, source: Upload, config: Upload | None, scratch: Path) 
                     None,
                     "an Argilla dataset is a folder: upload the folder Dataset.to_disk wrote, zipped",
                 )
-            unpack_zip(source.path, scratch, source.name)
-            places[f"{scratch.resolve()}{os.sep}"] = f"{source.name}/"
-            places[str(scratch.resolve())] = source.name
-            bundle = read_file(fmt, _dataset_folder(scratch.resolve(), source.name))
+            bundle = read_file(fmt, _dataset_folder(_unpacked(source, scratch, places), source.name))
         else:
             raise SourceError(f"unknown format {fmt!r}; choose Label Studio or Argilla")
     except SourceError as exc:
