@@ -270,3 +270,17 @@ def test_the_import_form_guesses_the_items_own_id_over_diffjevs_item_id():
     assert guess_columns(["item_id", "external_id", "text"], rows, "text") == ("text", "external_id")
     assert guess_columns(["item_id", "ticket", "text"], rows, "text", "ticket") == ("text", "ticket")
     assert guess_columns(["item_id", "text"], rows, "text", "ticket") == ("text", "item_id")
+
+
+def test_an_export_read_back_ticks_none_of_diffjevs_own_columns_as_context(db, tmp_path):
+    from diffjev.services.exporting import export_project
+    from diffjev.ui.data import exported_columns
+
+    (tmp_path / "items.csv").write_text("ticket,text,channel\nT-1,Site is down,mail\n")
+    import_items(db, "p", tmp_path / "items.csv", id_field="ticket", context_fields=["channel"])
+    export_project(db, "p", tmp_path / "out.csv", "csv", reviewed_only=False)
+    columns = list(pd.read_csv(tmp_path / "out.csv").columns)
+    own = exported_columns(columns)
+    assert set(columns) - own == {"ticket", "text"}  # the id and text are picked apart; nothing else is context
+    assert {"item_id", "fields", "urgent", "urgent_model", "team_distribution", "tone_answers"} <= own
+    assert exported_columns(["ticket", "text", "channel", "item_id"]) == set()  # a file of the user's own

@@ -107,6 +107,19 @@ def guess_columns(
     return text, next(iter(ranked), None)
 
 
+EXPORT_OWN = ("item_id", "external_id", "fields", "run_id", "engine", "model", "image")
+
+
+def exported_columns(columns: list[str]) -> set[str]:
+    """The columns a diffjev export adds (its ids, the run, and each question's answer, suggestion and their
+    details), where the file is one (it has item_id, run_id, engine and model); else none. Read back, they are
+    labels and suggestions, not context."""
+    if not {"item_id", "run_id", "engine", "model"} <= set(columns):
+        return set()
+    questions = [c for c in columns if f"{c}_model" in columns and f"{c}_confidence" in columns]
+    return {c for c in columns if c in EXPORT_OWN or any(c == q or c.startswith(f"{q}_") for q in questions)}
+
+
 def context_choices(
     columns: list[str], text: str | None, ident: str | None, ticked: list[str] | None, image: str | None = None
 ) -> Any:
@@ -137,6 +150,11 @@ def preview_note(found: Peek, unreadable: list[str]) -> str:
             f"the import rejects them too:"
         )
         lines += [f"- line {r.line}: {md_text(r.reason)}" for r in found.rejects[:20]]
+    if exported_columns(found.columns):
+        lines.append(
+            "This file is a diffjev export: its own columns (item_id, the run, each question's answers and "
+            "suggestions) are not ticked as context, and its `fields` column holds the items' context as JSON."
+        )
     if unreadable:
         lines.append(
             f"Column name(s) {md_text(', '.join(unreadable))} hold bytes that are not UTF-8 and cannot be chosen; "
@@ -220,7 +238,7 @@ def build_import(studio: Studio) -> None:
             pd.DataFrame(shown, columns=names),
             gr.update(choices=usable, value=text),
             gr.update(choices=[""] + usable, value=ident or ""),
-            context_choices(usable, text, ident, None),
+            context_choices(usable, text, ident, [c for c in usable if c not in exported_columns(usable)]),
             {"usable": usable, "note": preview_note(found, [n for n in names if n not in usable])},
         )
 
