@@ -3,6 +3,7 @@ source, spans and skip record), every run's distributions and skips, in one tran
 that does not fit is refused whole, naming the record and the field."""
 
 import dataclasses
+import shutil
 
 import pytest
 from sqlalchemy import Integer, func, select
@@ -15,9 +16,19 @@ from storage.db import Database
 from storage.models import Event, Item, Response, Run, Suggestion
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, dgemma_engine):
+    """The source project, built once (a pre-label run and two annotators: 15 s on this machine)."""
+    path = tmp_path_factory.mktemp("interchange-store") / "source.db"
+    full_project(path, dgemma_engine).dispose()  # the last connection closed: its WAL is in the file
+    return path
+
+
 @pytest.fixture
-def source(tmp_path, dgemma_engine):
-    return full_project(tmp_path / "source.db", dgemma_engine)
+def source(built, tmp_path):
+    """A copy of the source project for each test: some tests import into it."""
+    shutil.copyfile(built, tmp_path / "source.db")
+    return Database(tmp_path / "source.db")
 
 
 def counts(db):
