@@ -141,6 +141,9 @@ def _kept_settings(settings: dict[str, Any], dataset_file: Path, notes: list[str
                 if k not in entry:
                     continue
                 problem = _setting_problem(k, entry[k])
+                if not problem and what == "metadata property" and k == "settings":
+                    if entry[k].get("type") not in METADATA_TYPES:
+                        problem = f"name no type of {', '.join(METADATA_TYPES)}"
                 if problem:
                     notes.append(f"{what} {entry['name'][:80]!r}: its {k} {problem}; not kept for an Argilla export")
                 else:
@@ -148,15 +151,11 @@ def _kept_settings(settings: dict[str, Any], dataset_file: Path, notes: list[str
             kept.append(good)
         return kept
 
-    properties = []
-    for entry in entries("metadata", "metadata property", _METADATA_KEYS):
-        if "settings" in entry and entry["settings"].get("type") in METADATA_TYPES:
-            properties.append(entry)
-        else:
-            notes.append(
-                f"metadata property {entry['name'][:80]!r}: its settings name no type of "
-                f"{', '.join(METADATA_TYPES)}; not kept for an Argilla export"
-            )
+    # a metadata property is its settings: one whose settings were not kept is not kept (the notes said why)
+    properties = [entry for entry in entries("metadata", "metadata property", _METADATA_KEYS) if "settings" in entry]
+    for entry in settings.get("metadata") if isinstance(settings.get("metadata"), list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str) and "settings" not in entry:
+            notes.append(f"metadata property {entry['name'][:80]!r} has no settings; not kept for an Argilla export")
     kept: dict[str, Any] = {
         "settings": {
             "questions": entries("questions", "question", _QUESTION_KEYS),
