@@ -22,7 +22,8 @@ def create_import(
     session: Session, project_id: int, source: str, text_field: str, actor: str, id_field: str | None = None
 ) -> int:
     values = {"source": source[:500], "text_field": text_field[:200], "actor": actor[:200]}
-    values["id_field"] = id_field[:200] if id_field else None
+    # a name the column cannot hold whole is not kept: an export would name the ids by a cut name
+    values["id_field"] = id_field if id_field and len(id_field) <= 200 else None
     return session.execute(insert(Import).values(project_id=project_id, **values).returning(Import.id)).scalar_one()
 
 
