@@ -50,7 +50,8 @@ def test_a_server_killed_mid_run_loses_no_read_and_stores_none_twice(tmp_path, d
     assert set(reads_per_item(db, report.run_id).values()) == {1}  # each item read and stored once
     ok, suggestions, _, orphans = counts(db, report.run_id)
     assert (ok, suggestions, orphans) == (40, 120, 0)
-    assert health[1]["failures"] >= 1 and health[1]["out_for_s"] > 0  # the dead one is out, with backoff
+    # the dead one was put out with a backoff (how long it is out yet depends on how long the run took since)
+    assert health[1]["failures"] >= 1 and health[1]["backoff_s"] > 0
     assert health[0]["reads"] > 0 and health[2]["reads"] > 0
 
     # The same reads as through one server: where a read was made changes nothing in what was stored.

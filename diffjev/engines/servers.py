@@ -136,7 +136,8 @@ class Servers:
             server.down_until = self._clock() + server.backoff_s
 
     def health(self) -> list[dict[str, Any]]:
-        """Per server: its URL (no password), reads in flight and sent, failures, and whether it is out."""
+        """Per server: its URL (no password), reads in flight and sent, failures, whether it is out (for how
+        long yet), and its backoff: how long its last failure put it out for (0 once it answers again)."""
         with self._lock:
             now = self._clock()
             return [
@@ -146,6 +147,7 @@ class Servers:
                     "reads": s.reads,
                     "failures": s.failures,
                     "out_for_s": round(max(0.0, s.down_until - now), 3),
+                    "backoff_s": s.backoff_s,
                 }
                 for s in self._servers
             ]
