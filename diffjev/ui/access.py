@@ -118,8 +118,14 @@ class SignedOutSessions:
     working until its sign-in expires. Kept in the database (storage.signouts), so a restart or another
     studio process on it refuses them too; without one (a test's gate), in memory only."""
 
+    RECHECK_S = 5.0  # a cookie the database holds no sign-out for is asked again after this long
+    MAX_CHECKED = 10_000
+
     def __init__(self, db: Database | None = None) -> None:
         self._until: dict[str, float] = {}
+        # cookie key -> when the database last held no sign-out for it: a page load sends dozens of requests,
+        # which read the database once, and a sign-out in another studio process counts within RECHECK_S
+        self._checked: dict[str, float] = {}
         self._lock = threading.Lock()
         self._db = db
 
@@ -136,12 +142,20 @@ class SignedOutSessions:
             self._db.write(lambda session: signouts.sign_out(session, key, until, now))
 
     def revoked(self, cookie: str) -> bool:
-        key = self._key(cookie)
+        key, now = self._key(cookie), time.monotonic()
         with self._lock:
             until = self._until.get(key)
-        if until is None and self._db is not None:
+            fresh = now - self._checked.get(key, -self.RECHECK_S) < self.RECHECK_S
+        if until is None and self._db is not None and not fresh:
             with self._db.read() as session:
                 until = signouts.signed_out_until(session, key)
+            with self._lock:
+                if until is not None:
+                    self._until[key] = until
+                else:
+                    if len(self._checked) >= self.MAX_CHECKED:
+                        self._checked.clear()
+                    self._checked[key] = now
         return (until or 0.0) > time.time()
 
 
